@@ -1,0 +1,113 @@
+"""Message ids and timestamps.
+
+A message id is a version-1 (time-based) UUID whose 60-bit time field holds the
+message's timestamp at microsecond precision, so the timestamp can always be
+recovered from the id and orders the same way. Timestamps travel as integer
+microseconds inside the service; on the wire they are seconds with six decimals.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+# 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
+_UUID_EPOCH_OFFSET = 0x01B21DD213814000
+MICROS = 1_000_000
+
+
+class InvalidId(ValueError):
+    """A string that is not a message id."""
+
+
+class IdGenerator:
+    """Makes version-1 UUIDs, strictly increasing in time within this process.
+
+    The node field is random per generator (with the multicast bit set, as RFC
+    4122 asks for random nodes), so two API processes never mint the same id.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+        node_and_seq = int.from_bytes(os.urandom(8), "big")
+        self._node = (node_and_seq & 0xFFFFFFFFFFFF) | 0x010000000000
+        self._clock_seq = (node_and_seq >> 48) & 0x3FFF
+
+    def next_micros(self, now_micros: int) -> int:
+        """A timestamp >= now and greater than any this generator gave before."""
+        with self._lock:
+            ts = now_micros if now_micros > self._last else self._last + 1
+            self._last = ts
+            return ts
+
+    def make(self, micros: int) -> uuid.UUID:
+        return make_uuid(micros, self._node, self._clock_seq)
+
+
+def make_uuid(micros: int, node: int, clock_seq: int) -> uuid.UUID:
+    t = micros * 10 + _UUID_EPOCH_OFFSET
+    time_low = t & 0xFFFFFFFF
+    time_mid = (t >> 32) & 0xFFFF
+    time_hi_version = ((t >> 48) & 0x0FFF) | 0x1000
+    seq_hi_variant = ((clock_seq >> 8) & 0x3F) | 0x80
+    seq_low = clock_seq & 0xFF
+    return uuid.UUID(fields=(time_low, time_mid, time_hi_version, seq_hi_variant, seq_low, node))
+
+
+def min_uuid(micros: int) -> uuid.UUID:
+    """The smallest id (in Cassandra's timeuuid order) at this microsecond."""
+    return make_uuid(micros, 0x808080808080, 0x0080)
+
+
+def max_uuid(micros: int) -> uuid.UUID:
+    """The largest id (in Cassandra's timeuuid order) at this microsecond."""
+    return make_uuid(micros + 1, 0x808080808080, 0x0080)  # exclusive upper bound
+
+
+def micros_of(message_id: uuid.UUID) -> int:
+    """The timestamp (microseconds since the epoch) a version-1 id carries."""
+    return (message_id.time - _UUID_EPOCH_OFFSET) // 10
+
+
+def parse_id(text: str) -> uuid.UUID:
+    """A message id from its 32-hex (or dashed) form; only version-1 ids."""
+    try:
+        value = uuid.UUID(text)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise InvalidId(text) from exc
+    if value.version != 1:
+        raise InvalidId(text)
+    return value
+
+
+def micros_to_seconds(micros: int) -> float:
+    """Seconds with microsecond precision, for JSON.
+
+    The float's shortest repr is exactly the 6-decimal value (timestamps of this
+    era need 16 significant digits, which a double holds), so a client that
+    sends it back as ``since_timestamp`` hits the same microsecond.
+    """
+    return micros / MICROS
+
+
+def seconds_to_micros(text: str | float | int) -> int:
+    """Parse seconds since the epoch (decimal) into microseconds, flooring.
+
+    Flooring keeps "strictly newer than" exact: ``ts > floor(x * 1e6)`` holds
+    for an integer ``ts`` exactly when ``ts > x * 1e6``.
+    """
+    try:
+        value = Decimal(str(text))
+    except (InvalidOperation, ValueError) as exc:
+        raise ValueError(f"not a number: {text!r}") from exc
+    if not value.is_finite():
+        raise ValueError(f"not a finite number: {text!r}")
+    return int((value * MICROS).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def order_key(message_id: uuid.UUID) -> tuple[int, bytes]:
+    """Sort key equal to Cassandra's timeuuid order: time, then signed bytes."""
+    return (message_id.time, bytes(b ^ 0x80 for b in message_id.bytes[8:]))

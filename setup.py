@@ -1,0 +1,64 @@
+"""Queuey: a durable, partitioned message queue served over HTTP."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+# Every dependency of the project, pinned with compatible ranges, in one place.
+REQUIRES = [
+    "pyramid>=2.0,<3",
+    "waitress>=3.0,<4",
+    "cassandra-driver>=3.29,<4",
+    "kazoo>=2.10,<3",
+    "requests>=2.31,<3",
+    "prometheus_client>=0.20,<1",
+]
+SPARK_REQUIRES = [
+    "pyspark>=4.0,<4.1",
+    "pyarrow>=15",
+    "pandas>=2.0",
+]
+TEST_REQUIRES = SPARK_REQUIRES + [
+    "pytest>=8,<9",
+    "pytest-timeout>=2.3,<3",
+    "webtest>=3.0,<4",
+    "psutil>=5.9",
+]
+DEV_REQUIRES = TEST_REQUIRES + [
+    "ruff>=0.6",
+    "sphinx>=7,<10",
+    "pyinstrument>=4.6",
+]
+
+setup(
+    name="queuey",
+    version="0.1.0",
+    description="A durable, partitioned message queue served over HTTP",
+    long_description=(HERE / "README.rst").read_text(encoding="utf-8"),
+    long_description_content_type="text/x-rst",
+    license="MPL-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    include_package_data=True,
+    zip_safe=False,
+    install_requires=REQUIRES,
+    extras_require={
+        "spark": SPARK_REQUIRES,
+        "test": TEST_REQUIRES,
+        "dev": DEV_REQUIRES,
+    },
+    entry_points={
+        "paste.app_factory": ["main = queuey:main"],
+        "console_scripts": [
+            "queuey = queuey.cli:main",
+            "queuey-worker = queuey.client.worker:main",
+        ],
+    },
+    classifiers=[
+        "Framework :: Pyramid",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Internet :: WWW/HTTP :: WSGI :: Application",
+    ],
+)
