@@ -1,12 +1,170 @@
-"""Session-wide fixtures: the real services and per-test isolation."""
+"""Session-wide fixtures: the real services, apps built through ``main()``,
+and per-test isolation (a fresh SQLite file, a fresh application name on the
+shared Cassandra keyspace, a fresh ZooKeeper chroot)."""
 
 from __future__ import annotations
 
-import pytest
+import uuid
 
+import pytest
+import webtest
+
+import queuey
 from queuey.clock import ManualClock
+from tests.support import APP, ClockProxy, start_live_server, write_applications
+
+CASSANDRA_KEYSPACE = "queuey_test"
 
 
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+# -- Cassandra ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cassandra_cluster():
+    """The project's single real Cassandra node (started if not running)."""
+    from queuey.harness import cassandra
+
+    return cassandra.ensure_running(1)
+
+
+@pytest.fixture(scope="session")
+def cassandra_settings(cassandra_cluster) -> dict[str, str]:
+    return {
+        "queuey.storage.backend": "queuey.storage.cassandra",
+        "queuey.cassandra.contact_points": ",".join(cassandra_cluster.contact_points),
+        "queuey.cassandra.port": str(cassandra_cluster.port),
+        "queuey.cassandra.keyspace": CASSANDRA_KEYSPACE,
+        "queuey.cassandra.create_schema": "true",
+        "queuey.cassandra.request_timeout": "5",
+    }
+
+
+@pytest.fixture(scope="session")
+def _cassandra_storage(cassandra_settings):
+    from queuey.storage.cassandra import load_from_config
+
+    proxy = ClockProxy(ManualClock())
+    storage = load_from_config(cassandra_settings, proxy)
+    storage._test_clock_proxy = proxy
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def cassandra_storage(_cassandra_storage, clock):
+    """The session's Cassandra storage, minting ids from this test's clock."""
+    _cassandra_storage._test_clock_proxy.target = clock
+    return _cassandra_storage
+
+
+# -- SQLite -------------------------------------------------------------------------
+@pytest.fixture
+def sqlite_storage(tmp_path, clock):
+    from queuey.storage.sqlite import SQLiteStorage
+
+    storage = SQLiteStorage(tmp_path / "queuey.sqlite3", clock)
+    yield storage
+    storage.close()
+
+
+# -- the app --------------------------------------------------------------------------
+@pytest.fixture(params=["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)])
+def storage(request):
+    """Each backend in turn (Cassandra runs on the real node)."""
+    return request.getfixturevalue(f"{request.param}_storage")
+
+
+@pytest.fixture
+def applications_file(tmp_path):
+    return write_applications(tmp_path / "applications.ini")
+
+
+@pytest.fixture
+def make_app(applications_file, clock):
+    """Build the real WSGI app through ``main()`` around a given storage."""
+
+    def make(storage, **settings):
+        settings = {
+            "queuey.applications": str(applications_file),
+            "queuey.clock": clock,
+            "queuey.storage.instance": storage,
+            **settings,
+        }
+        if storage.write_timeout_seconds and "queuey.read_delay" not in settings:
+            settings["queuey.read_delay"] = str(storage.write_timeout_seconds)
+        return queuey.main({}, **settings)
+
+    return make
+
+
+@pytest.fixture
+def app(make_app, storage):
+    """A webtest client on the app, calling from 127.0.0.1, with no read delay clock games."""
+    return webtest.TestApp(make_app(storage), extra_environ={"REMOTE_ADDR": "127.0.0.1"})
+
+
+@pytest.fixture
+def app_name() -> str:
+    return APP
+
+
+# -- live servers ---------------------------------------------------------------------
+@pytest.fixture
+def make_live_server(request, tmp_path, applications_file):
+    """Start waitress on an ephemeral loopback port with the real clock.
+
+    ``make_live_server(backend="sqlite"|"cassandra", **settings)``; every server
+    is stopped when the test ends.
+    """
+    servers = []
+
+    def make(backend: str = "sqlite", **settings):
+        base = {"queuey.applications": str(applications_file), "queuey.read_delay": "0"}
+        if backend == "sqlite":
+            base["queuey.sqlite.path"] = str(tmp_path / f"live-{len(servers)}.sqlite3")
+        elif backend == "cassandra":
+            base.update(request.getfixturevalue("cassandra_settings"))
+            base["queuey.read_delay"] = "6"
+        else:
+            raise ValueError(backend)
+        base.update(settings)
+        server = start_live_server(queuey.main({}, **base))
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+        server.app.registry.storage.close()
+
+
+@pytest.fixture
+def live_server(make_live_server):
+    return make_live_server("sqlite")
+
+
+# -- ZooKeeper --------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def zookeeper_hosts() -> str:
+    """The project's real ZooKeeper ("host:port"), started if not running."""
+    from queuey.harness import zookeeper
+
+    return zookeeper.ensure_running().hosts
+
+
+@pytest.fixture
+def zookeeper_chroot(zookeeper_hosts) -> str:
+    """A connection string with a fresh chroot for this test."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/queuey-test-{uuid.uuid4().hex[:12]}"
+    admin = KazooClient(hosts=zookeeper_hosts)
+    admin.start(timeout=15)
+    admin.ensure_path(chroot)
+    yield zookeeper_hosts + chroot
+    admin.delete(chroot, recursive=True)
+    admin.stop()
+    admin.close()

@@ -1,0 +1,52 @@
+"""Queuey: a durable, partitioned message queue served over HTTP.
+
+``main`` is the one app factory (the ``paste.app_factory`` entry point).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyramid.config import Configurator
+
+from queuey.applications import load_applications
+from queuey.clock import SYSTEM_CLOCK, Clock
+from queuey.coordination import Coordination
+from queuey.settings import check_read_delay, load_settings
+from queuey.storage import Storage, load_backend
+
+log = logging.getLogger(__name__)
+
+
+def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
+    """Build the WSGI app.
+
+    Tests may pass ``queuey.clock`` (a :class:`~queuey.clock.Clock`) and
+    ``queuey.storage.instance`` (a ready :class:`~queuey.storage.Storage`) in
+    ``settings``; everything else comes from the ini.
+    """
+    parsed = load_settings(settings)
+    clock: Clock = settings.get("queuey.clock") or SYSTEM_CLOCK
+    storage: Storage = settings.get("queuey.storage.instance") or load_backend(
+        parsed.storage_backend, parsed.raw, clock
+    )
+    check_read_delay(parsed, storage.write_timeout_seconds)
+
+    if config is None:
+        config = Configurator(settings=settings)
+    registry = config.registry
+    registry.queuey_settings = parsed
+    registry.applications = load_applications(parsed.applications_file)
+    registry.storage = storage
+    registry.clock = clock
+    registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
+
+    config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)
+    config.add_request_method(lambda request: request.registry.clock, "clock", reify=True)
+    config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)
+    config.include("queuey.security")
+    config.include("queuey.web")
+    config.scan("queuey.web")
+    log.info("queuey ready: storage=%s", parsed.storage_backend)
+    return config.make_wsgi_app()

@@ -1,0 +1,124 @@
+"""Applications: who may use the service, with which keys, from where.
+
+Applications live in an INI file named by ``queuey.applications``::
+
+    [application:notifications]
+    # several keys at once allow rotation; a key may be stored as its SHA-256
+    keys =
+        sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+        plain:a-development-key
+    # where key-authenticated calls may come from (CIDR list)
+    allow = 127.0.0.0/8, ::1/128
+
+Keys are compared in constant time (:func:`hmac.compare_digest` on SHA-256
+digests) and never logged. ``queuey keygen NAME`` prints a new key and the
+lines to add.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from queuey.errors import ConfigurationError
+from queuey.settings import Network, parse_networks
+
+SECTION_PREFIX = "application:"
+
+
+def digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+@dataclass(frozen=True)
+class Application:
+    name: str
+    key_digests: tuple[bytes, ...]
+    allow: tuple[Network, ...]
+
+    def key_matches(self, key: str | None) -> bool:
+        """Constant-time check of ``key`` against every configured key."""
+        if not key:
+            return False
+        offered = digest(key)
+        matched = False
+        for stored in self.key_digests:
+            matched |= hmac.compare_digest(offered, stored)
+        return matched
+
+    def address_allowed(self, address: str | None) -> bool:
+        if not address:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self.allow)
+
+
+def parse_key_spec(spec: str) -> bytes:
+    """``sha256:<hex>`` or ``plain:<key>`` (a bare value counts as plain)."""
+    kind, sep, value = spec.partition(":")
+    if sep and kind == "sha256":
+        raw = bytes.fromhex(value)
+        if len(raw) != 32:
+            raise ValueError("a sha256 key needs 64 hex digits")
+        return raw
+    if sep and kind == "plain":
+        return digest(value)
+    return digest(spec)
+
+
+def load_applications(path: str | Path) -> dict[str, Application]:
+    """Read the applications file; a bad entry stops start-up naming it."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigurationError("queuey.applications", f"no such file: {file}")
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(file, encoding="utf-8")
+    apps: dict[str, Application] = {}
+    for section in parser.sections():
+        if not section.startswith(SECTION_PREFIX):
+            continue
+        name = section[len(SECTION_PREFIX) :].strip()
+        where = f"{file} [{section}]"
+        try:
+            specs = parser.get(section, "keys", fallback="").split()
+            keys = tuple(parse_key_spec(spec) for spec in specs)
+            allow = parse_networks(parser.get(section, "allow", fallback="127.0.0.1/32"))
+        except ValueError as exc:
+            raise ConfigurationError("queuey.applications", f"{where}: {exc}") from exc
+        if not keys:
+            raise ConfigurationError("queuey.applications", f"{where}: no keys")
+        apps[name] = Application(name=name, key_digests=keys, allow=allow)
+    if not apps:
+        raise ConfigurationError("queuey.applications", f"{file}: no [application:NAME] section")
+    return apps
+
+
+def applications_from_mapping(entries: Mapping[str, Mapping[str, Iterable[str] | str]]) -> dict:
+    """Build applications from a dict (used by tests and embedding code)."""
+    apps = {}
+    for name, entry in entries.items():
+        keys = entry.get("keys", ())
+        keys = keys.split() if isinstance(keys, str) else list(keys)
+        allow = entry.get("allow", "127.0.0.0/8, ::1/128")
+        allow = allow if isinstance(allow, str) else ", ".join(allow)
+        apps[name] = Application(
+            name=name,
+            key_digests=tuple(parse_key_spec(k) for k in keys),
+            allow=parse_networks(allow),
+        )
+    return apps
+
+
+def generate_key() -> tuple[str, str]:
+    """A new random key and the ``sha256:`` line that stores it."""
+    key = secrets.token_urlsafe(32)
+    return key, "sha256:" + digest(key).hex()

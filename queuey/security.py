@@ -1,0 +1,119 @@
+"""Who is calling, and may they do this: a Pyramid 2 security policy.
+
+Identity comes from ``X-Application-Name`` (must name a configured
+application) and ``ApplicationKey`` (checked in constant time). The client
+address is the socket peer, or, when the peer is a trusted proxy, the last
+untrusted address in ``X-Forwarded-For``.
+
+Permissions:
+
+* :attr:`Permission.READ` - reading a queue. Public queues need only a known
+  application name; private queues need what MANAGE needs.
+* :attr:`Permission.MANAGE` - every internal-app call: a right key (else 401)
+  from an allowed address (else 403).
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from dataclasses import dataclass
+
+from pyramid.interfaces import ISecurityPolicy
+from pyramid.security import Allowed, Denied
+from zope.interface import implementer
+
+from queuey.applications import Application
+
+
+class Permission(enum.Enum):
+    READ = "read"
+    MANAGE = "manage"
+
+
+@dataclass(frozen=True)
+class Identity:
+    application: Application
+    key_valid: bool
+    client_addr: str | None
+
+    @property
+    def address_allowed(self) -> bool:
+        return self.application.address_allowed(self.client_addr)
+
+
+class Refused(Denied):
+    """A denial that knows its HTTP status (401 or 403) and which field is wrong."""
+
+    def __new__(cls, status: int, field: str, message: str):
+        inst = Denied.__new__(cls, message)
+        inst.status = status
+        inst.field = field
+        return inst
+
+
+def client_address(request, trusted_proxies) -> str | None:
+    """The caller's address; ``X-Forwarded-For`` counts only behind trusted proxies."""
+    peer = request.remote_addr
+
+    def trusted(addr: str | None) -> bool:
+        try:
+            ip = ipaddress.ip_address(addr or "")
+        except ValueError:
+            return False
+        return any(ip in net for net in trusted_proxies)
+
+    if not trusted(peer):
+        return peer
+    forwarded = request.headers.get("X-Forwarded-For", "")
+    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+    for hop in reversed(hops):
+        if not trusted(hop):
+            return hop
+    return hops[0] if hops else peer
+
+
+@implementer(ISecurityPolicy)
+class QueueySecurityPolicy:
+    def identity(self, request) -> Identity | None:
+        name = request.headers.get("X-Application-Name")
+        app = request.registry.applications.get(name) if name else None
+        if app is None:
+            return None
+        return Identity(
+            application=app,
+            key_valid=app.key_matches(request.headers.get("ApplicationKey")),
+            client_addr=client_address(request, request.registry.queuey_settings.trusted_proxies),
+        )
+
+    def authenticated_userid(self, request) -> str | None:
+        identity = request.identity
+        return identity.application.name if identity else None
+
+    def permits(self, request, context, permission):
+        identity = request.identity
+        if identity is None:
+            if not request.headers.get("X-Application-Name"):
+                return Refused(
+                    401, "X-Application-Name", "the X-Application-Name header is missing"
+                )
+            return Refused(401, "X-Application-Name", "unknown application")
+        if permission is Permission.READ and getattr(context, "is_public", lambda: False)():
+            return Allowed("public queue")
+        if not identity.key_valid:
+            if not request.headers.get("ApplicationKey"):
+                return Refused(401, "ApplicationKey", "this call needs the ApplicationKey header")
+            return Refused(401, "ApplicationKey", "wrong application key")
+        if not identity.address_allowed:
+            return Refused(403, "client_address", "this address may not use the application's key")
+        return Allowed("application key")
+
+    def remember(self, request, userid, **kw):
+        return []
+
+    def forget(self, request, **kw):
+        return []
+
+
+def includeme(config) -> None:
+    config.set_security_policy(QueueySecurityPolicy())

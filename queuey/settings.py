@@ -1,0 +1,139 @@
+"""Service settings, read and validated once at start-up.
+
+Every key lives under ``queuey.`` in the ini's app section. An environment
+variable may override any key: ``queuey.read_delay`` is overridden by
+``QUEUEY_READ_DELAY`` (dots become underscores, upper case). A bad value stops
+the service with a :class:`~queuey.errors.ConfigurationError` naming the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from queuey.errors import ConfigurationError
+
+T = TypeVar("T")
+
+DEFAULTS: dict[str, str] = {
+    "queuey.storage.backend": "queuey.storage.sqlite",
+    "queuey.sqlite.path": "var/queuey.sqlite3",
+    "queuey.applications": "",
+    "queuey.read_delay": "0",
+    "queuey.max_clock_skew": "0",
+    "queuey.default_ttl": "259200",
+    "queuey.max_ttl": "2592000",
+    "queuey.max_partitions": "200",
+    "queuey.max_message_size": "262144",
+    "queuey.max_batch_messages": "1000",
+    "queuey.trusted_proxies": "",
+    "queuey.metrics.allow": "127.0.0.0/8, ::1/128",
+    "queuey.zookeeper.hosts": "",
+    "queuey.retry_after": "5",
+}
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(value: str) -> tuple[Network, ...]:
+    """A comma or whitespace separated CIDR list (a bare address means /32 or /128)."""
+    items = [item for item in value.replace(",", " ").split() if item]
+    return tuple(ipaddress.ip_network(item, strict=False) for item in items)
+
+
+def parse_bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated settings the web layer uses."""
+
+    storage_backend: str
+    applications_file: str
+    read_delay: float
+    max_clock_skew: float
+    default_ttl: int
+    max_ttl: int
+    max_partitions: int
+    max_message_size: int
+    max_batch_messages: int
+    trusted_proxies: tuple[Network, ...]
+    metrics_allow: tuple[Network, ...]
+    zookeeper_hosts: str
+    retry_after: int
+    raw: Mapping[str, Any]
+
+    @property
+    def read_delay_micros(self) -> int:
+        return int(self.read_delay * 1_000_000)
+
+
+def merged(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict:
+    """Defaults, then the ini, then ``QUEUEY_*`` environment overrides."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = dict(DEFAULTS)
+    out.update(settings)
+    for key in list(out):
+        env_key = key.replace(".", "_").upper()
+        if env_key in environ:
+            out[key] = environ[env_key]
+    return out
+
+
+def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=None) -> T:
+    try:
+        value = convert(raw[key])
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(key, f"invalid value {raw[key]!r}: {exc}") from exc
+    if check is not None and not check(value):
+        raise ConfigurationError(key, f"value {value!r} out of range")
+    return value
+
+
+def load_settings(
+    settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> Settings:
+    raw = merged(settings, environ)
+    max_ttl = _get(raw, "queuey.max_ttl", int, lambda v: v >= 1)
+    parsed = Settings(
+        storage_backend=str(raw["queuey.storage.backend"]),
+        applications_file=str(raw["queuey.applications"]),
+        read_delay=_get(raw, "queuey.read_delay", float, lambda v: v >= 0),
+        max_clock_skew=_get(raw, "queuey.max_clock_skew", float, lambda v: v >= 0),
+        default_ttl=_get(raw, "queuey.default_ttl", int, lambda v: 1 <= v <= max_ttl),
+        max_ttl=max_ttl,
+        max_partitions=_get(raw, "queuey.max_partitions", int, lambda v: v >= 1),
+        max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
+        max_batch_messages=_get(raw, "queuey.max_batch_messages", int, lambda v: v >= 1),
+        trusted_proxies=_get(raw, "queuey.trusted_proxies", parse_networks),
+        metrics_allow=_get(raw, "queuey.metrics.allow", parse_networks),
+        zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),
+        retry_after=_get(raw, "queuey.retry_after", int, lambda v: v >= 1),
+        raw=raw,
+    )
+    if not parsed.applications_file:
+        raise ConfigurationError("queuey.applications", "no applications file configured")
+    return parsed
+
+
+def check_read_delay(settings: Settings, write_timeout: float) -> None:
+    """Refuse a read delay that would let a reader skip a slow write (invariant 2)."""
+    needed = write_timeout + settings.max_clock_skew
+    if settings.read_delay < needed:
+        raise ConfigurationError(
+            "queuey.read_delay",
+            f"{settings.read_delay}s is shorter than the storage write timeout "
+            f"({write_timeout}s) plus queuey.max_clock_skew ({settings.max_clock_skew}s); "
+            f"readers could skip messages. Set it to at least {needed}s.",
+        )

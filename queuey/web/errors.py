@@ -1,0 +1,94 @@
+"""One error view per failure kind, one error shape for all of them."""
+
+from __future__ import annotations
+
+import logging
+
+from pyramid.exceptions import PredicateMismatch
+from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound
+from pyramid.view import exception_view_config, forbidden_view_config, notfound_view_config
+
+from queuey.errors import (
+    InvalidUpdate,
+    QueueExists,
+    QueueNotFound,
+    StorageUnavailable,
+)
+from queuey.security import Refused
+from queuey.web.params import InvalidParameters, NotJSON, PayloadTooLarge
+from queuey.web.responses import error
+
+log = logging.getLogger(__name__)
+
+
+@exception_view_config(InvalidParameters)
+def invalid_parameters(exc, request):
+    return error(400, exc.errors)
+
+
+@exception_view_config(InvalidUpdate)
+def invalid_update(exc, request):
+    return error(400, {"partitions": str(exc)})
+
+
+@exception_view_config(PayloadTooLarge)
+def too_large(exc, request):
+    return error(413, {exc.field: str(exc)})
+
+
+@exception_view_config(NotJSON)
+def not_json(exc, request):
+    return error(415, {"body": str(exc)})
+
+
+@exception_view_config(QueueNotFound)
+def queue_not_found(exc, request):
+    return error(404, {"queue_name": f"no queue named {exc}"})
+
+
+@exception_view_config(QueueExists)
+def queue_exists(exc, request):
+    return error(409, {"queue_name": f"a queue named {exc} exists already"})
+
+
+@exception_view_config(StorageUnavailable)
+def unavailable(exc, request):
+    log.warning("storage unavailable: %s", exc)
+    return error(
+        503,
+        {"storage": "the message store is unavailable, retry later"},
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
+@forbidden_view_config()
+def forbidden(exc: HTTPForbidden, request):
+    result = getattr(exc, "result", None)
+    if isinstance(result, Refused):
+        return error(result.status, {result.field: str(result)})
+    return error(403, {"permission": "not allowed"})
+
+
+@notfound_view_config()
+def not_found(exc: HTTPNotFound, request):
+    if isinstance(exc, PredicateMismatch):
+        return error(405, {"method": f"{request.method} is not allowed here"})
+    return error(404, {"path": f"no resource at {request.path}"})
+
+
+@exception_view_config(HTTPException)
+def http_exception(exc: HTTPException, request):
+    return error(exc.code, {"http": exc.title})
+
+
+@exception_view_config(Exception)
+def last_resort(exc, request):
+    log.error(
+        "unhandled %s on %s %s: %s",
+        type(exc).__name__,
+        request.method,
+        request.path,
+        exc,
+        exc_info=exc,
+    )
+    return error(500, {"server": "internal error; it has been logged"})

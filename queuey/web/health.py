@@ -1,0 +1,53 @@
+"""Health and build information for load balancers and operators."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from pyramid.view import view_config
+
+from queuey.errors import StorageUnavailable
+from queuey.web.responses import json_response
+
+
+@view_config(route_name="lbheartbeat", request_method=("GET", "HEAD"))
+def lbheartbeat(request):
+    """Liveness only: the process answers."""
+    return json_response({"status": "ok"})
+
+
+@view_config(route_name="heartbeat", request_method=("GET", "HEAD"))
+def heartbeat(request):
+    """Readiness: storage (and ZooKeeper when configured) answer."""
+    checks = {}
+    try:
+        request.storage.ping()
+        checks["storage"] = "ok"
+    except StorageUnavailable as exc:
+        checks["storage"] = f"unavailable: {exc}"
+    coordination = request.registry.coordination
+    if coordination is not None:
+        checks["zookeeper"] = coordination.check()
+    healthy = all(value == "ok" for value in checks.values())
+    response = json_response(
+        {"status": "ok" if healthy else "error", "checks": checks}, status=200 if healthy else 503
+    )
+    if not healthy:
+        response.headers["Retry-After"] = str(request.registry.queuey_settings.retry_after)
+    return response
+
+
+@view_config(route_name="version", request_method=("GET", "HEAD"))
+def version_info(request):
+    try:
+        release = version("queuey")
+    except PackageNotFoundError:  # running from a source tree without install
+        release = "unknown"
+    return json_response(
+        {
+            "status": "ok",
+            "name": "queuey",
+            "version": release,
+            "storage": request.registry.queuey_settings.storage_backend,
+        }
+    )

@@ -1,0 +1,91 @@
+"""Request logging and Prometheus metrics.
+
+A tween times every request, logs one line for it (never the key) and feeds
+the counters; ``GET /metrics`` exposes them to addresses in
+``queuey.metrics.allow``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pyramid.response import Response
+from pyramid.view import view_config
+
+from queuey.web.responses import error
+
+log = logging.getLogger("queuey.request")
+
+
+class Metrics:
+    """The service's instruments, in a registry of their own per app instance."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "queuey_requests",
+            "HTTP requests answered",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "queuey_request_seconds",
+            "Time to answer a request",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.posted = Counter("queuey_messages_posted", "Messages accepted", registry=self.registry)
+        self.read = Counter("queuey_messages_read", "Messages returned", registry=self.registry)
+
+    def messages_posted(self, count: int) -> None:
+        self.posted.inc(count)
+
+    def messages_read(self, count: int) -> None:
+        self.read.inc(count)
+
+
+def metrics_tween_factory(handler, registry):
+    metrics: Metrics = registry.metrics
+
+    def tween(request):
+        start = time.perf_counter()
+        response = handler(request)
+        elapsed = time.perf_counter() - start
+        route = request.matched_route.name if request.matched_route else "none"
+        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+        metrics.latency.labels(route).observe(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s %s %d %.1fms app=%s",
+                request.method,
+                request.path,
+                response.status_code,
+                elapsed * 1000,
+                request.headers.get("X-Application-Name", "-"),
+            )
+        return response
+
+    return tween
+
+
+@view_config(route_name="metrics", request_method="GET")
+def metrics_view(request):
+    allowed = request.registry.queuey_settings.metrics_allow
+    try:
+        peer = ipaddress.ip_address(request.remote_addr or "")
+    except ValueError:
+        peer = None
+    if peer is None or not any(peer in net for net in allowed):
+        return error(403, {"client_address": "metrics are not exposed to this address"})
+    body = generate_latest(request.registry.metrics.registry)
+    return Response(body=body, content_type=CONTENT_TYPE_LATEST.split(";")[0], charset="utf-8")
+
+
+def includeme(config) -> None:
+    config.registry.metrics = Metrics()
+    config.add_tween("queuey.web.metrics.metrics_tween_factory")

@@ -1,0 +1,65 @@
+"""JSON answers, written directly so message bodies are embedded as stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pyramid.response import Response
+
+from queuey.storage import Message, QueueMeta
+
+CONTENT_TYPE = "application/json"
+
+
+def json_response(data: dict[str, Any], status: int = 200) -> Response:
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return Response(body=body, status=status, content_type=CONTENT_TYPE, charset="utf-8")
+
+
+def ok(status: int = 200, **data: Any) -> Response:
+    return json_response({"status": "ok", **data}, status=status)
+
+
+def error(status: int, errors: dict[str, str], headers: dict[str, str] | None = None) -> Response:
+    response = json_response({"status": "error", "error_msg": errors}, status=status)
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+def timestamp_json(micros: int) -> str:
+    return repr(micros / 1_000_000)
+
+
+def message_ref(message: Message) -> dict[str, Any]:
+    return {
+        "message_id": message.id.hex,
+        "timestamp": message.timestamp / 1_000_000,
+        "partition": message.partition,
+    }
+
+
+def messages_response(messages: Iterable[Message]) -> Response:
+    """A read's answer, built as text: bodies are stored JSON and go out as they are."""
+    parts = [
+        '{"message_id":"%s","timestamp":%s,"partition":%d,"body":%s}'
+        % (m.id.hex, timestamp_json(m.timestamp), m.partition, m.body)
+        for m in messages
+    ]
+    body = '{"status":"ok","messages":[' + ",".join(parts) + "]}"
+    return Response(
+        body=body.encode("utf-8"), status=200, content_type=CONTENT_TYPE, charset="utf-8"
+    )
+
+
+def queue_json(meta: QueueMeta) -> dict[str, Any]:
+    return {
+        "queue_name": meta.name,
+        "partitions": meta.partitions,
+        "created": meta.created // 1_000_000,
+        "type": meta.type,
+        "ttl": meta.ttl,
+        "consistency": meta.consistency,
+    }
