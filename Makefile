@@ -1,0 +1,74 @@
+# Queuey: `make serve` and `make test` work on a fresh machine with nothing run first.
+# `make help` lists the targets.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+HARNESS := $(PY) -m queuey.harness
+
+.DEFAULT_GOAL := help
+.PHONY: help install java serve test test-fast lint format docs bench cassandra cassandra-cluster zookeeper services-stop clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip wheel
+	$(PIP) install --quiet "setuptools>=68,<81"
+	$(PIP) install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install Queuey with its test, Spark and docs dependencies
+
+java: $(STAMP) ## resolve the Cassandra and ZooKeeper jars from Maven Central (cached in ~/.m2)
+	$(HARNESS) classpath cassandra
+	$(HARNESS) classpath zookeeper
+
+serve: $(STAMP) ## run Queuey on the embedded SQLite store at http://127.0.0.1:5000
+	$(VENV)/bin/queuey schema upgrade -c development.ini
+	$(VENV)/bin/pserve development.ini
+
+test: $(STAMP) java ## start Cassandra and ZooKeeper, run every test, stop them (even on failure)
+	@set -u; status=0; \
+	trap '$(HARNESS) stop-all' EXIT; \
+	$(HARNESS) cassandra start && $(HARNESS) zookeeper start || status=$$?; \
+	if [ $$status -eq 0 ]; then \
+		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	fi; \
+	exit $$status
+
+test-fast: $(STAMP) ## run only the tests that need no external service
+	$(PY) -m pytest -m "not cassandra and not zookeeper and not spark" $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff lint and format check
+	$(VENV)/bin/ruff check queuey tests bench examples
+	$(VENV)/bin/ruff format --check queuey tests bench examples
+
+format: $(STAMP) ## apply ruff's formatting and safe fixes
+	$(VENV)/bin/ruff check --fix queuey tests bench examples
+	$(VENV)/bin/ruff format queuey tests bench examples
+
+docs: $(STAMP) ## build the Sphinx documentation into docs/_build/html
+	$(VENV)/bin/sphinx-build -W -q -b html docs docs/_build/html
+
+bench: $(STAMP) java ## run the benchmarks; prints one JSON document
+	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) bench/run.py
+
+cassandra: $(STAMP) ## start the single development Cassandra node (CQL on 127.0.0.1:19042)
+	$(HARNESS) cassandra start
+
+cassandra-cluster: $(STAMP) ## start a 3-node Cassandra cluster on 127.0.0.1/2/3 (CQL port 19142)
+	$(HARNESS) cassandra start --nodes 3
+
+zookeeper: $(STAMP) ## start ZooKeeper on 127.0.0.1:12181
+	$(HARNESS) zookeeper start
+
+services-stop: $(STAMP) ## stop every Cassandra and ZooKeeper process this project started
+	$(HARNESS) stop-all
+
+clean: services-stop ## stop services and remove var/ and build output
+	rm -rf var docs/_build build *.egg-info
