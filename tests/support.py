@@ -73,8 +73,9 @@ class LiveServer:
     _thread: threading.Thread
 
     def stop(self) -> None:
-        self._server.close()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._server.close()
+            self._thread.join(timeout=10)
 
 
 def start_live_server(wsgi_app: Any, threads: int = 8) -> LiveServer:

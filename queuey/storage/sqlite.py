@@ -335,11 +335,18 @@ class SQLiteStorage(Storage):
         def run() -> list[Message]:
             conn = self._reader()
             per_partition = []
-            for partition in query.partitions:
-                rows = conn.execute(
-                    sql, (queue.incarnation, partition, *params, query.limit)
-                ).fetchall()
-                per_partition.append([_row_to_message(row) for row in rows])
+            # One read transaction: every partition is read from the same
+            # snapshot, or a later commit in one partition could be merged in
+            # ahead of an earlier one missed in another (a skip).
+            conn.execute("BEGIN")
+            try:
+                for partition in query.partitions:
+                    rows = conn.execute(
+                        sql, (queue.incarnation, partition, *params, query.limit)
+                    ).fetchall()
+                    per_partition.append([_row_to_message(row) for row in rows])
+            finally:
+                conn.execute("COMMIT")
             return merge_partitions(per_partition, query.limit, descending)
 
         return self._run(run)
