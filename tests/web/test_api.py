@@ -161,8 +161,10 @@ def test_public_queue_is_readable_without_key_private_is_not(app, settle):
 def test_partition_choice(app, settle):
     create(app, "parts", partitions=5)
     assert post(app, "parts", {}, partition=4).json["messages"][0]["partition"] == 4
-    keyed = {post(app, "parts", {}, partition_key="user-7").json["messages"][0]["partition"]
-             for _ in range(5)}
+    keyed = {
+        post(app, "parts", {}, partition_key="user-7").json["messages"][0]["partition"]
+        for _ in range(5)
+    }
     assert len(keyed) == 1
     randomly = {post(app, "parts", {}).json["messages"][0]["partition"] for _ in range(60)}
     assert randomly <= {1, 2, 3, 4, 5} and len(randomly) > 1
@@ -325,8 +327,9 @@ def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage):
 # -- bad input -------------------------------------------------------------------------
 def test_malformed_json_is_415_and_stores_nothing(app, settle):
     create(app, "bad")
-    res = app.post("/queue/bad", "{not json", headers={**AUTH, "Content-Type": "application/json"},
-                   status=415)
+    res = app.post(
+        "/queue/bad", "{not json", headers={**AUTH, "Content-Type": "application/json"}, status=415
+    )
     assert list(res.json["error_msg"]) == ["body"]
     res = app.post("/queue/bad", "a=b", headers={**AUTH, "Content-Type": "text/plain"}, status=415)
     app.post("/queue/bad", "NaN", headers={**AUTH, "Content-Type": "application/json"}, status=415)

@@ -35,8 +35,9 @@ def page_forward(session, server, queue, since, limit=200):
     params = {"order": "ascending", "limit": limit}
     if since:
         params["since"] = since
-    res = session.get(f"{server.url}/queue/{queue}", params=params, headers=headers(server),
-                      timeout=30)
+    res = session.get(
+        f"{server.url}/queue/{queue}", params=params, headers=headers(server), timeout=30
+    )
     assert res.status_code == 200, res.text
     return res.json()["messages"]
 
