@@ -69,12 +69,18 @@ def json_body(request, limit: int) -> Any:
 
 
 def form_or_json(request, limit: int) -> Mapping[str, Any]:
-    """Parameters of POST/PUT on queues: a JSON object body, or form fields."""
-    content_type = request.content_type or ""
-    if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        return request.POST
+    """Parameters of POST/PUT on queues: a JSON object body, or form fields.
+
+    A body that starts with ``{`` is JSON whatever its Content-Type says, so
+    ``curl -d '{"partitions": 4}'`` (labelled as a form) does what it means.
+    """
     if not request.body:
         return request.GET
+    if request.body.lstrip()[:1] != b"{" and request.content_type in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ):
+        return request.POST
     body = json_body(request, limit)
     if not isinstance(body, dict):
         raise InvalidParameters({"body": "parameters must be a JSON object"})

@@ -417,3 +417,12 @@ def test_metrics_exposed_to_loopback_only(app):
     assert "queuey_messages_posted_total 1.0" in text
     assert 'queuey_requests_total{method="POST",route="queues",status="201"} 1.0' in text
     app.get("/metrics", extra_environ={"REMOTE_ADDR": "198.51.100.7"}, status=403)
+
+
+def test_curl_style_json_labelled_as_form_is_json(app):
+    """`curl -d '{...}'` sends JSON labelled as a form: the body decides."""
+    form = {**AUTH, "Content-Type": "application/x-www-form-urlencoded"}
+    res = app.post("/queue", '{"queue_name": "curl", "partitions": 3}', headers=form, status=201)
+    assert (res.json["queue_name"], res.json["partitions"]) == ("curl", 3)
+    res = app.post("/queue/curl", '{"a": 1}', headers=form, status=201)
+    assert len(res.json["messages"]) == 1
