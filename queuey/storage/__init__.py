@@ -26,8 +26,9 @@ from __future__ import annotations
 import abc
 import heapq
 import importlib
+import itertools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -191,18 +192,17 @@ class Storage(abc.ABC):
 
 
 def merge_partitions(
-    per_partition: Sequence[Sequence[Message]], limit: int, descending: bool
+    per_partition: Sequence[Iterable[Message]], limit: int, descending: bool
 ) -> list[Message]:
-    """Merge per-partition pages (each already in the requested order) by id order."""
+    """Merge per-partition streams (each already in the requested order) by id order.
+
+    The streams may be lazy (cursors): only ``limit`` messages plus one pending
+    message per partition are held at a time.
+    """
     if len(per_partition) == 1:
-        return list(per_partition[0][:limit])
+        return list(itertools.islice(per_partition[0], limit))
     merged = heapq.merge(*per_partition, key=lambda m: ids.order_key(m.id), reverse=descending)
-    out = []
-    for message in merged:
-        out.append(message)
-        if len(out) >= limit:
-            break
-    return out
+    return list(itertools.islice(merged, limit))
 
 
 def load_backend(dotted: str, settings: Mapping[str, Any], clock: Any) -> Storage:

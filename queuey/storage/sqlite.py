@@ -334,20 +334,22 @@ class SQLiteStorage(Storage):
 
         def run() -> list[Message]:
             conn = self._reader()
-            per_partition = []
             # One read transaction: every partition is read from the same
             # snapshot, or a later commit in one partition could be merged in
-            # ahead of an earlier one missed in another (a skip).
+            # ahead of an earlier one missed in another (a skip). The cursors
+            # are consumed lazily by the merge, so a read holds one page.
             conn.execute("BEGIN")
             try:
-                for partition in query.partitions:
-                    rows = conn.execute(
-                        sql, (queue.incarnation, partition, *params, query.limit)
-                    ).fetchall()
-                    per_partition.append([_row_to_message(row) for row in rows])
+                cursors = [
+                    map(
+                        _row_to_message,
+                        conn.execute(sql, (queue.incarnation, p, *params, query.limit)),
+                    )
+                    for p in query.partitions
+                ]
+                return merge_partitions(cursors, query.limit, descending)
             finally:
                 conn.execute("COMMIT")
-            return merge_partitions(per_partition, query.limit, descending)
 
         return self._run(run)
 
