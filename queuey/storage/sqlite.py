@@ -116,6 +116,21 @@ def _row_to_queue(row: tuple) -> QueueMeta:
     )
 
 
+class _WriteJob:
+    """One caller's messages waiting for the next group commit."""
+
+    def __init__(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> None:
+        self.queue = queue
+        self.messages = messages
+        self.stored: list[Message] = []
+        self.error: StorageUnavailable | None = None
+        self.done = False
+
+    def fail(self, error: StorageUnavailable) -> None:
+        self.error = error
+        self.stored = []
+
+
 class SQLiteStorage(Storage):
     """Queues, messages and checkpoints in one SQLite file."""
 
@@ -135,6 +150,8 @@ class SQLiteStorage(Storage):
         self._ids = ids.IdGenerator()
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[_WriteJob] = []
         self._last_sweep = time.monotonic()
         self._all_connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
@@ -286,32 +303,75 @@ class SQLiteStorage(Storage):
 
     # -- messages -----------------------------------------------------------------
     def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
-        stored: list[Message] = []
-        with self._write() as conn:
-            (last,) = conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()
-            now = self.clock.now_micros()
-            rows = []
-            for message in messages:
-                ts = self._ids.next_micros(max(now, last + 1))
-                last = ts
-                message_id = self._ids.make(ts)
-                expires = ts + message.ttl * ids.MICROS
-                rows.append(
-                    (
-                        queue.incarnation,
-                        message.partition,
-                        ts,
-                        _tiebreak(message_id),
-                        message_id.bytes,
-                        expires,
-                        message.body,
-                    )
-                )
-                stored.append(Message(message_id, ts, message.partition, message.body, expires))
-            conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (last,))
+        """Store messages; concurrent callers share one commit (group commit).
+
+        Each caller's messages go in under a savepoint of their own, so one
+        caller's failure never touches another's, and a caller returns only
+        after the commit holding its messages is durable.
+        """
+        job = _WriteJob(queue, messages)
+        with self._pending_lock:
+            self._pending.append(job)
+        with self._write_lock:
+            if not job.done:
+                with self._pending_lock:
+                    jobs, self._pending = self._pending, []
+                self._commit_jobs(jobs)
+        if job.error is not None:
+            raise job.error
         self._maybe_sweep()
-        return stored
+        return job.stored
+
+    def _commit_jobs(self, jobs: list[_WriteJob]) -> None:
+        """Write every pending job in one transaction (caller holds the write lock)."""
+        conn = self._writer
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            (last,) = conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()
+            for job in jobs:
+                conn.execute("SAVEPOINT job")
+                try:
+                    last = self._insert(conn, job, last)
+                    conn.execute("RELEASE job")
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    job.fail(StorageUnavailable(f"sqlite: {exc}", retry_after=1))
+            conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (last,))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for job in jobs:
+                job.fail(StorageUnavailable(f"sqlite: {exc}", retry_after=1))
+        for job in jobs:
+            job.done = True
+
+    def _insert(self, conn: sqlite3.Connection, job: _WriteJob, last: int) -> int:
+        """Mint ids after ``last`` and insert the job's messages; returns the new last."""
+        now = self.clock.now_micros()
+        rows = []
+        stored = []
+        for message in job.messages:
+            ts = self._ids.next_micros(max(now, last + 1))
+            last = ts
+            message_id = self._ids.make(ts)
+            expires = ts + message.ttl * ids.MICROS
+            rows.append(
+                (
+                    job.queue.incarnation,
+                    message.partition,
+                    ts,
+                    _tiebreak(message_id),
+                    message_id.bytes,
+                    expires,
+                    message.body,
+                )
+            )
+            stored.append(Message(message_id, ts, message.partition, message.body, expires))
+        conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        job.stored = stored
+        return last
 
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
         descending = query.order == "descending"
