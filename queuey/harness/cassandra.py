@@ -1,0 +1,462 @@
+"""Real Apache Cassandra nodes on loopback for tests and development.
+
+Jars come from Maven Central through ``etc/cassandra/pom.xml``; each node is a
+detached JVM with its own directory under ``var/``. A single node (default CQL
+port 19042) and an N-node cluster (default CQL port 19142, nodes on 127.0.0.1
+.. 127.0.0.N) use separate directories and ports so both can run at once.
+Ports sit away from Cassandra's stock 9042/7000/7199 so a system install is
+never disturbed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import string
+import time
+from pathlib import Path
+
+from queuey.harness import process
+from queuey.harness.process import HarnessError
+
+log = logging.getLogger(__name__)
+
+ETC = process.ETC_DIR / "cassandra"
+POM = ETC / "pom.xml"
+YAML_TEMPLATE = ETC / "cassandra.yaml.in"
+JVM_OPTIONS = ETC / "jvm17-server.options"
+LOGBACK = ETC / "logback.xml"
+MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
+
+SINGLE_DEFAULTS = {"native": 19042, "storage": 17000, "jmx": 17199}
+CLUSTER_DEFAULTS = {"native": 19142, "storage": 17100, "jmx": 17200}
+SINGLE_HEAP = "512m"
+CLUSTER_HEAP = "384m"
+DEFAULT_TIMEOUT = 180.0
+# Cassandra 5.0's newest non-beta native protocol; pinning it spares the
+# driver's downgrade negotiation (and its warnings) on every connect.
+PROTOCOL_VERSION = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class CassandraNode:
+    """One node's identity, addresses and directories."""
+
+    index: int
+    address: str
+    native_port: int
+    storage_port: int
+    jmx_port: int
+    directory: Path
+
+    @property
+    def pidfile(self) -> Path:
+        return self.directory / "cassandra.pid"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def system_log(self) -> Path:
+        return self.log_dir / "system.log"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.log_dir / "stdout.log"
+
+    @property
+    def marker(self) -> str:
+        return f"cassandra:{self.directory}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CassandraCluster:
+    """What a client needs (contact points and port) plus the nodes behind them."""
+
+    name: str
+    port: int
+    nodes: tuple[CassandraNode, ...]
+    base_dir: Path
+
+    @property
+    def contact_points(self) -> list[str]:
+        return [node.address for node in self.nodes]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStatus:
+    """Liveness of one node, as reported by ``status``."""
+
+    node: CassandraNode
+    pid: int | None
+    cql_ok: bool
+    rss_bytes: int | None
+
+
+def cluster_spec(
+    nodes: int = 1,
+    port: int | None = None,
+    *,
+    storage_port: int | None = None,
+    jmx_port: int | None = None,
+    base_dir: Path | str | None = None,
+) -> CassandraCluster:
+    """Resolve ports and directories for a single node (``nodes=1``) or a cluster.
+
+    Explicit arguments win, then environment variables, then defaults:
+    single node ``QUEUEY_CASSANDRA_PORT`` / ``_STORAGE_PORT`` / ``_JMX_PORT``,
+    cluster ``QUEUEY_CASSANDRA_CLUSTER_PORT`` / ``_STORAGE_PORT`` / ``_JMX_PORT``.
+    JMX ports are ``jmx_port + index - 1`` since every node's JMX binds 127.0.0.1.
+    """
+    if not 1 <= nodes <= 9:
+        raise HarnessError(f"nodes must be between 1 and 9, got {nodes}")
+    single = nodes == 1
+    prefix = "QUEUEY_CASSANDRA_" if single else "QUEUEY_CASSANDRA_CLUSTER_"
+    defaults = SINGLE_DEFAULTS if single else CLUSTER_DEFAULTS
+    native = port if port is not None else process.env_int(prefix + "PORT", defaults["native"])
+    storage = (
+        storage_port
+        if storage_port is not None
+        else process.env_int(prefix + "STORAGE_PORT", defaults["storage"])
+    )
+    jmx = (
+        jmx_port if jmx_port is not None else process.env_int(prefix + "JMX_PORT", defaults["jmx"])
+    )
+    name = "cassandra" if single else "cassandra-cluster"
+    base = Path(base_dir).resolve() if base_dir else process.var_dir() / name
+    members = tuple(
+        CassandraNode(
+            index=i,
+            address=f"127.0.0.{i}",
+            native_port=native,
+            storage_port=storage,
+            jmx_port=jmx + i - 1,
+            directory=base / f"node{i}",
+        )
+        for i in range(1, nodes + 1)
+    )
+    return CassandraCluster(name=f"queuey-{name}", port=native, nodes=members, base_dir=base)
+
+
+# ------------------------------------------------------------------ CQL probes
+
+
+def connection_class() -> type:
+    """The driver's libev reactor: the asyncore one warns on Python 3.11+."""
+    from cassandra.io.libevreactor import LibevConnection
+
+    return LibevConnection
+
+
+def _query_node(node: CassandraNode, cql: str, timeout: float = 5.0) -> list[tuple]:
+    """Run one statement against exactly ``node`` and return the rows."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    profile = ExecutionProfile(
+        load_balancing_policy=WhiteListRoundRobinPolicy([node.address]), request_timeout=timeout
+    )
+    cluster = Cluster(
+        contact_points=[node.address],
+        port=node.native_port,
+        protocol_version=PROTOCOL_VERSION,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connection_class=connection_class(),
+        connect_timeout=timeout,
+        control_connection_timeout=timeout,
+        schema_metadata_enabled=False,
+        token_metadata_enabled=False,
+    )
+    try:
+        session = cluster.connect()
+        return [tuple(row) for row in session.execute(cql)]
+    finally:
+        cluster.shutdown()
+
+
+def cql_answers(node: CassandraNode) -> str | None:
+    """The node's release_version if it answers a real CQL query, else None."""
+    if not process.port_open(node.address, node.native_port):
+        return None
+    try:
+        rows = _query_node(node, "SELECT release_version FROM system.local")
+    except Exception as exc:  # noqa: BLE001 - any driver failure means "not answering"
+        log.debug("CQL probe of %s failed: %s", node.address, exc)
+        return None
+    return rows[0][0] if rows else None
+
+
+def peers_of(node: CassandraNode) -> set[str]:
+    """Addresses ``node`` lists in system.peers."""
+    return {str(row[0]) for row in _query_node(node, "SELECT peer FROM system.peers")}
+
+
+# ------------------------------------------------------------------ start/stop
+
+
+def _initial_token(index: int, count: int) -> int:
+    """Evenly spaced Murmur3 tokens, so an N-node ring is balanced without allocation."""
+    return -(2**63) + (2**64 // count) * (index - 1)
+
+
+def _render_config(cluster: CassandraCluster, node: CassandraNode) -> Path:
+    dirs = {
+        key: node.directory / key
+        for key in (
+            "data",
+            "commitlog",
+            "saved_caches",
+            "hints",
+            "cdc_raw",
+            "triggers",
+            "logs",
+            "conf",
+        )
+    }
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    seed = cluster.nodes[0]
+    text = string.Template(YAML_TEMPLATE.read_text()).substitute(
+        cluster_name=cluster.name,
+        initial_token=_initial_token(node.index, len(cluster.nodes)),
+        seeds=f"{seed.address}:{seed.storage_port}",
+        address=node.address,
+        storage_port=node.storage_port,
+        native_port=node.native_port,
+        data_dir=dirs["data"],
+        commitlog_dir=dirs["commitlog"],
+        saved_caches_dir=dirs["saved_caches"],
+        hints_dir=dirs["hints"],
+        cdc_raw_dir=dirs["cdc_raw"],
+    )
+    config = dirs["conf"] / "cassandra.yaml"
+    config.write_text(text)
+    return config
+
+
+def _record(node: CassandraNode) -> None:
+    """Remember a node's ports, so ``status`` without ``--port`` probes the right ones."""
+    state = {key: value for key, value in dataclasses.asdict(node).items() if key != "directory"}
+    (node.directory / "node.json").write_text(json.dumps(state) + "\n")
+
+
+def _recorded(node: CassandraNode) -> CassandraNode:
+    try:
+        state = json.loads((node.directory / "node.json").read_text())
+        return dataclasses.replace(
+            node,
+            address=str(state["address"]),
+            native_port=int(state["native_port"]),
+            storage_port=int(state["storage_port"]),
+            jmx_port=int(state["jmx_port"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return node
+
+
+def _java_argv(node: CassandraNode, config: Path, classpath: list[Path], heap: str) -> list[str]:
+    jamm = [jar for jar in classpath if jar.name.startswith("jamm-")]
+    argv = [
+        str(process.find_java()),
+        process.marker_arg(node.marker),
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        *process.read_jvm_options(JVM_OPTIONS),
+    ]
+    if jamm:
+        # jamm measures object sizes for memtable accounting; Cassandra's own
+        # launcher always loads it as an agent.
+        argv.append(f"-javaagent:{jamm[0]}")
+    argv += [
+        f"-XX:HeapDumpPath={node.log_dir}",
+        f"-Xlog:gc=warning:file={node.log_dir}/gc.log:time,uptime:filecount=2,filesize=5M",
+        f"-Dcassandra.config={config.as_uri()}",
+        f"-Dcassandra.storagedir={node.directory}",
+        f"-Dcassandra.logdir={node.log_dir}",
+        f"-Dcassandra.triggers_dir={node.directory / 'triggers'}",
+        f"-Dlogback.configurationFile={LOGBACK.as_uri()}",
+        f"-Dcassandra.jmx.local.port={node.jmx_port}",
+        "-Dcom.sun.management.jmxremote.authenticate=false",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        "-Dcassandra.ring_delay_ms=1000",
+        "-Dcassandra.superuser_setup_delay_ms=0",
+        "-Dcassandra.migration_task_wait_in_seconds=1",
+        # Stopping announces shutdown to peers and then sleeps 2 s by default.
+        "-Dcassandra.shutdown_announce_in_ms=200",
+        "-cp",
+        os.pathsep.join(str(jar) for jar in classpath),
+        MAIN_CLASS,
+    ]
+    return argv
+
+
+def _start_node(
+    cluster: CassandraCluster, node: CassandraNode, classpath: list[Path], heap: str, timeout: float
+) -> None:
+    """Start one node (unless already up) and wait until it answers CQL."""
+    pid = process.running_pid(node.pidfile)
+    if pid is not None and _recorded(node) != node:
+        running = _recorded(node)
+        raise HarnessError(
+            f"node{node.index} in {node.directory} already runs with CQL port "
+            f"{running.native_port}, storage port {running.storage_port}, JMX port "
+            f"{running.jmx_port}; stop it first or use another --base-dir"
+        )
+    if pid is None:
+        for address, port in (
+            (node.address, node.native_port),
+            (node.address, node.storage_port),
+            ("127.0.0.1", node.jmx_port),
+        ):
+            if process.port_open(address, port):
+                raise HarnessError(
+                    f"{address}:{port} is already in use by a process we did not start; "
+                    "choose other ports (--port, --storage-port, --jmx-port or the "
+                    "QUEUEY_CASSANDRA_* variables)"
+                )
+        config = _render_config(cluster, node)
+        _record(node)
+        argv = _java_argv(node, config, classpath, heap)
+        pid = process.start_detached(
+            argv,
+            pidfile=node.pidfile,
+            log_file=node.stdout_log,
+            cwd=node.directory,
+            marker=node.marker,
+        )
+    else:
+        log.info("node%d already running as pid %d", node.index, pid)
+
+    def ready() -> bool:
+        if process.running_pid(node.pidfile) is None:
+            raise _NodeDied
+        return cql_answers(node) is not None
+
+    try:
+        process.wait_for(
+            ready, timeout=timeout, interval=1.0, what=f"CQL on {node.address}:{node.native_port}"
+        )
+    except _NodeDied:
+        raise HarnessError(
+            f"Cassandra node{node.index} exited during start-up\n" + _log_tails(node)
+        ) from None
+    except HarnessError as exc:
+        raise HarnessError(f"{exc}\n{_log_tails(node)}") from None
+
+
+class _NodeDied(HarnessError):
+    """The node's JVM exited while we waited for it; ends the wait at once."""
+
+
+def _log_tails(node: CassandraNode) -> str:
+    return (
+        f"--- {node.system_log} (tail) ---\n{process.tail(node.system_log)}\n"
+        f"--- {node.stdout_log} (tail) ---\n{process.tail(node.stdout_log, 30)}"
+    )
+
+
+def ensure_running(
+    nodes: int = 1,
+    port: int | None = None,
+    *,
+    storage_port: int | None = None,
+    jmx_port: int | None = None,
+    base_dir: Path | str | None = None,
+    heap: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> CassandraCluster:
+    """Start the single node or an N-node cluster unless it already runs; wait until usable.
+
+    Idempotent: nodes whose pidfile process is alive and answering CQL are left
+    alone. Nodes start one after another (Cassandra serialises joins); for a
+    cluster the call returns once every node answers CQL and lists all the
+    others in system.peers. ``timeout`` applies to each node and to the final
+    peers check. ``heap`` defaults to ``$QUEUEY_CASSANDRA_HEAP``, else 512m for
+    a single node and 384m per cluster node.
+    """
+    cluster = cluster_spec(
+        nodes, port, storage_port=storage_port, jmx_port=jmx_port, base_dir=base_dir
+    )
+    heap = (
+        heap
+        or os.environ.get("QUEUEY_CASSANDRA_HEAP")
+        or (SINGLE_HEAP if nodes == 1 else CLUSTER_HEAP)
+    )
+    cluster.base_dir.mkdir(parents=True, exist_ok=True)
+    with process.file_lock(cluster.base_dir / "harness.lock"):
+        if _already_up(cluster):
+            return cluster
+        classpath = process.resolve_classpath(POM, name="cassandra")
+        started = time.monotonic()
+        for node in cluster.nodes:
+            _start_node(cluster, node, classpath, heap, timeout)
+            log.info(
+                "node%d (%s) answers CQL after %.1fs",
+                node.index,
+                node.address,
+                time.monotonic() - started,
+            )
+        if nodes > 1:
+            process.wait_for(
+                lambda: _peers_complete(cluster),
+                timeout=timeout,
+                interval=1.0,
+                what="every node's system.peers to list all other nodes",
+            )
+        log.info("%s ready in %.1fs", cluster.name, time.monotonic() - started)
+    return cluster
+
+
+def _peers_complete(cluster: CassandraCluster) -> bool:
+    """Every node lists every other node in system.peers (gossip has converged)."""
+    addresses = {node.address for node in cluster.nodes}
+    return all(addresses - {node.address} <= peers_of(node) for node in cluster.nodes)
+
+
+def _already_up(cluster: CassandraCluster) -> bool:
+    """All nodes are ours, alive, answering CQL and (for a cluster) know each other."""
+    try:
+        return all(
+            process.running_pid(node.pidfile) and cql_answers(node) for node in cluster.nodes
+        ) and (len(cluster.nodes) == 1 or _peers_complete(cluster))
+    except Exception as exc:  # noqa: BLE001 - any failure means "start or wait for it"
+        log.debug("%s not fully up yet: %s", cluster.name, exc)
+        return False
+
+
+def stop(nodes: int = 1, *, base_dir: Path | str | None = None, timeout: float = 60.0) -> int:
+    """Stop every node we started under the single-node (``nodes=1``) or cluster base dir.
+
+    Returns how many live nodes were stopped. Only pids recorded in our
+    pidfiles are signalled.
+    """
+    cluster = cluster_spec(nodes, base_dir=base_dir)
+    with process.file_lock(cluster.base_dir / "harness.lock"):
+        pidfiles = sorted(cluster.base_dir.glob("node*/cassandra.pid"))
+        stopped = process.stop_processes(pidfiles, timeout=timeout)
+    log.info("stopped %d node(s) under %s", stopped, cluster.base_dir)
+    return stopped
+
+
+def status(
+    nodes: int = 1, port: int | None = None, *, base_dir: Path | str | None = None
+) -> list[NodeStatus]:
+    """Pid, CQL liveness and memory of each node of the single node or cluster."""
+    cluster = cluster_spec(nodes, port, base_dir=base_dir)
+    result = []
+    for node in cluster.nodes:
+        if port is None:
+            node = _recorded(node)
+        pid = process.running_pid(node.pidfile)
+        result.append(
+            NodeStatus(
+                node=node,
+                pid=pid,
+                cql_ok=pid is not None and cql_answers(node) is not None,
+                rss_bytes=process.rss_bytes(pid) if pid else None,
+            )
+        )
+    return result
