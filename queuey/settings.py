@@ -29,6 +29,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.max_partitions": "200",
     "queuey.max_message_size": "262144",
     "queuey.max_batch_messages": "1000",
+    "queuey.max_batch_size": "4194304",
     "queuey.trusted_proxies": "",
     "queuey.metrics.allow": "127.0.0.0/8, ::1/128",
     "queuey.zookeeper.hosts": "",
@@ -68,6 +69,7 @@ class Settings:
     max_partitions: int
     max_message_size: int
     max_batch_messages: int
+    max_batch_size: int
     trusted_proxies: tuple[Network, ...]
     metrics_allow: tuple[Network, ...]
     zookeeper_hosts: str
@@ -116,6 +118,7 @@ def load_settings(
         max_partitions=_get(raw, "queuey.max_partitions", int, lambda v: v >= 1),
         max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
         max_batch_messages=_get(raw, "queuey.max_batch_messages", int, lambda v: v >= 1),
+        max_batch_size=_get(raw, "queuey.max_batch_size", int, lambda v: v >= 1024),
         trusted_proxies=_get(raw, "queuey.trusted_proxies", parse_networks),
         metrics_allow=_get(raw, "queuey.metrics.allow", parse_networks),
         zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),

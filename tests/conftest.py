@@ -11,7 +11,7 @@ import webtest
 
 import queuey
 from queuey.clock import ManualClock
-from tests.support import APP, ClockProxy, start_live_server, write_applications
+from tests.support import TestApps, start_live_server, write_applications
 
 CASSANDRA_KEYSPACE = "queuey_test"
 
@@ -32,6 +32,22 @@ def cassandra_cluster():
 
 @pytest.fixture(scope="session")
 def cassandra_settings(cassandra_cluster) -> dict[str, str]:
+    """Settings for the test keyspace, dropped once per session so each run
+    starts from the schema the code creates."""
+    from cassandra.cluster import Cluster
+
+    from queuey.harness.cassandra import PROTOCOL_VERSION, connection_class
+
+    cluster = Cluster(
+        cassandra_cluster.contact_points,
+        port=cassandra_cluster.port,
+        protocol_version=PROTOCOL_VERSION,
+        connection_class=connection_class(),
+    )
+    try:
+        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {CASSANDRA_KEYSPACE}", timeout=60)
+    finally:
+        cluster.shutdown()
     return {
         "queuey.storage.backend": "queuey.storage.cassandra",
         "queuey.cassandra.contact_points": ",".join(cassandra_cluster.contact_points),
@@ -42,22 +58,14 @@ def cassandra_settings(cassandra_cluster) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def _cassandra_storage(cassandra_settings):
+@pytest.fixture
+def cassandra_storage(cassandra_settings, clock):
+    """A Cassandra storage of this test's own (its id generator follows this test's clock)."""
     from queuey.storage.cassandra import load_from_config
 
-    proxy = ClockProxy(ManualClock())
-    storage = load_from_config(cassandra_settings, proxy)
-    storage._test_clock_proxy = proxy
+    storage = load_from_config(cassandra_settings, clock)
     yield storage
     storage.close()
-
-
-@pytest.fixture
-def cassandra_storage(_cassandra_storage, clock):
-    """The session's Cassandra storage, minting ids from this test's clock."""
-    _cassandra_storage._test_clock_proxy.target = clock
-    return _cassandra_storage
 
 
 # -- SQLite -------------------------------------------------------------------------
@@ -78,8 +86,29 @@ def storage(request):
 
 
 @pytest.fixture
-def applications_file(tmp_path):
-    return write_applications(tmp_path / "applications.ini")
+def test_apps() -> TestApps:
+    suffix = uuid.uuid4().hex[:10]
+    return TestApps(app=f"testapp-{suffix}", remote_app=f"remoteapp-{suffix}")
+
+
+@pytest.fixture
+def applications_file(tmp_path, test_apps):
+    return write_applications(tmp_path / "applications.ini", test_apps)
+
+
+@pytest.fixture
+def client(test_apps):
+    """Wrap a WSGI app in webtest, calling from 127.0.0.1, with this test's headers
+    at hand as ``.auth`` (name + key), ``.reader`` (name only) and ``.apps``."""
+
+    def wrap(wsgi_app, remote_addr: str = "127.0.0.1") -> webtest.TestApp:
+        test_app = webtest.TestApp(wsgi_app, extra_environ={"REMOTE_ADDR": remote_addr})
+        test_app.apps = test_apps
+        test_app.auth = test_apps.auth
+        test_app.reader = test_apps.reader
+        return test_app
+
+    return wrap
 
 
 @pytest.fixture
@@ -101,19 +130,14 @@ def make_app(applications_file, clock):
 
 
 @pytest.fixture
-def app(make_app, storage):
-    """A webtest client on the app, calling from 127.0.0.1, with no read delay clock games."""
-    return webtest.TestApp(make_app(storage), extra_environ={"REMOTE_ADDR": "127.0.0.1"})
-
-
-@pytest.fixture
-def app_name() -> str:
-    return APP
+def app(make_app, storage, client):
+    """The app on each storage backend, through webtest (see ``client``)."""
+    return client(make_app(storage))
 
 
 # -- live servers ---------------------------------------------------------------------
 @pytest.fixture
-def make_live_server(request, tmp_path, applications_file):
+def make_live_server(request, tmp_path, applications_file, test_apps):
     """Start waitress on an ephemeral loopback port with the real clock.
 
     ``make_live_server(backend="sqlite"|"cassandra", **settings)``; every server
@@ -131,7 +155,7 @@ def make_live_server(request, tmp_path, applications_file):
         else:
             raise ValueError(backend)
         base.update(settings)
-        server = start_live_server(queuey.main({}, **base))
+        server = start_live_server(queuey.main({}, **base), test_apps.app)
         servers.append(server)
         return server
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -11,45 +12,59 @@ from typing import Any
 
 from waitress.server import create_server
 
-APP = "testapp"
 KEY = "test-key-1"
-ROTATED_KEY = "test-key-2"
-REMOTE_APP = "remoteapp"  # its key is only valid from 10.0.0.0/8
-REMOTE_KEY = "remote-key"
+ROTATED_KEY = "test-key-2"  # stored as its sha256 digest
+REMOTE_KEY = "remote-key"  # valid only from 10.0.0.0/8
 
-APPLICATIONS_INI = f"""
-[application:{APP}]
+APPLICATIONS_INI = """
+[application:{app}]
 keys =
-    plain:{KEY}
-    sha256:{{rotated_sha}}
+    plain:{key}
+    sha256:{rotated_sha}
 allow = 127.0.0.0/8, ::1/128
 
-[application:{REMOTE_APP}]
-keys = plain:{REMOTE_KEY}
+[application:{remote_app}]
+keys = plain:{remote_key}
 allow = 10.0.0.0/8
 """
 
 
-def write_applications(path: Path) -> Path:
-    import hashlib
+@dataclass(frozen=True)
+class TestApps:
+    """The applications one test may use; names are unique per test, so tests
+    can share a Cassandra keyspace without seeing each other's queues."""
 
+    app: str
+    remote_app: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"X-Application-Name": self.app, "ApplicationKey": KEY}
+
+    @property
+    def reader(self) -> dict[str, str]:
+        return {"X-Application-Name": self.app}
+
+    @property
+    def remote_auth(self) -> dict[str, str]:
+        return {"X-Application-Name": self.remote_app, "ApplicationKey": REMOTE_KEY}
+
+
+def write_applications(path: Path, apps: TestApps) -> Path:
     sha = hashlib.sha256(ROTATED_KEY.encode()).hexdigest()
-    path.write_text(APPLICATIONS_INI.replace("{rotated_sha}", sha), encoding="utf-8")
+    text = APPLICATIONS_INI.format(
+        app=apps.app, key=KEY, rotated_sha=sha, remote_app=apps.remote_app, remote_key=REMOTE_KEY
+    )
+    path.write_text(text, encoding="utf-8")
     return path
 
 
-class ClockProxy:
-    """A clock that forwards to whichever clock the current test set."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def now_micros(self) -> int:
-        return self.target.now_micros()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
-               what: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout
     while True:
@@ -78,14 +93,14 @@ class LiveServer:
             self._thread.join(timeout=10)
 
 
-def start_live_server(wsgi_app: Any, threads: int = 8) -> LiveServer:
+def start_live_server(wsgi_app: Any, application: str, threads: int = 8) -> LiveServer:
     server = create_server(wsgi_app, host="127.0.0.1", port=0, threads=threads)
     thread = threading.Thread(target=server.run, name="waitress", daemon=True)
     thread.start()
     port = server.effective_port
     return LiveServer(
         url=f"http://127.0.0.1:{port}",
-        application=APP,
+        application=application,
         key=KEY,
         app=wsgi_app,
         _server=server,

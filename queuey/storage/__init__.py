@@ -135,6 +135,8 @@ class Storage(abc.ABC):
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
         """Change ``partitions`` (only upwards), ``ttl``, ``type`` or ``consistency``.
 
+        A change given as ``None`` leaves that field as it is.
+
         Raises ``QueueNotFound``, or ``InvalidUpdate`` when partitions would shrink.
         """
 

@@ -30,7 +30,9 @@ def partition_for_key(key: str, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions + 1
 
 
-def _new_message(request, meta: QueueMeta, body: Any, params: Params) -> NewMessage | None:
+def _new_message(
+    request, meta: QueueMeta, body: Any, params: Params, default_partition: int
+) -> NewMessage | None:
     """Validate one message and its placement; errors go into ``params``."""
     settings = request.registry.queuey_settings
     partition = params.integer("partition", None, 1, meta.partitions)
@@ -51,7 +53,7 @@ def _new_message(request, meta: QueueMeta, body: Any, params: Params) -> NewMess
         if key is not None:
             partition = partition_for_key(key, meta.partitions)
         else:
-            partition = random.randint(1, meta.partitions)
+            partition = default_partition
     return NewMessage(body=text, partition=partition, ttl=ttl)
 
 
@@ -61,7 +63,7 @@ def post_message(request):
     settings = request.registry.queuey_settings
     body = json_body(request, settings.max_message_size)
     params = Params(request.GET)
-    message = _new_message(request, meta, body, params)
+    message = _new_message(request, meta, body, params, random.randint(1, meta.partitions))
     params.check()
     stored = request.storage.put_messages(meta, [message])
     request.metrics.messages_posted(len(stored))
@@ -73,7 +75,7 @@ def post_batch(request):
     meta = request.context.meta
     settings = request.registry.queuey_settings
     limit = settings.max_batch_messages
-    payload = json_body(request, settings.max_message_size * limit)
+    payload = json_body(request, settings.max_batch_size)
     entries = payload.get("messages") if isinstance(payload, dict) else None
     if not isinstance(entries, list) or not entries:
         raise InvalidParameters({"messages": 'expected {"messages": [{"body": {...}}, ...]}'})
@@ -81,12 +83,15 @@ def post_batch(request):
         raise PayloadTooLarge("messages", f"a batch holds at most {limit} messages")
     errors: dict[str, str] = {}
     messages = []
+    # Messages without a placement share one random partition per batch: still
+    # spread over the queue batch by batch, and a batch stays one storage write.
+    shared_partition = random.randint(1, meta.partitions)
     for index, entry in enumerate(entries):
         params = Params(entry if isinstance(entry, dict) else {}, prefix=f"messages[{index}].")
         if not isinstance(entry, dict):
             params.fail("body", "each entry must be an object with a body")
         else:
-            message = _new_message(request, meta, entry.get("body"), params)
+            message = _new_message(request, meta, entry.get("body"), params, shared_partition)
             if message is not None:
                 messages.append(message)
         errors.update(params.errors)

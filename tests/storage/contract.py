@@ -82,6 +82,11 @@ class StorageContract:
         assert (meta.ttl, meta.type) == (30, "private")
         assert storage.get_queue(app, "q").type == "private"
 
+    def test_update_with_none_leaves_fields_alone(self, storage, queue, app):
+        storage.update_queue(app, "q", partitions=4, ttl=None, type=None, consistency=None)
+        got = storage.get_queue(app, "q")
+        assert (got.partitions, got.ttl, got.type, got.consistency) == (4, 60, "public", "strong")
+
     def test_delete_queue_forgets_it_and_its_messages(self, storage, queue, app, clock):
         self.put(storage, queue, 1)
         storage.delete_queue(app, "q")

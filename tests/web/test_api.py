@@ -8,10 +8,7 @@ import uuid
 import pytest
 
 from queuey import ids
-from tests.support import APP, KEY, REMOTE_APP, REMOTE_KEY, ROTATED_KEY
-
-AUTH = {"X-Application-Name": APP, "ApplicationKey": KEY}
-READER = {"X-Application-Name": APP}
+from tests.support import KEY, ROTATED_KEY
 
 
 @pytest.fixture
@@ -20,21 +17,23 @@ def settle(app, clock):
     delay = app.app.registry.queuey_settings.read_delay
 
     def run():
-        clock.advance(delay + 0.000001)
+        # A batch minted on a frozen clock spans a few microseconds past "now".
+        clock.advance(delay + 0.01)
 
     return run
 
 
 def create(app, name="q", status=201, **params):
-    return app.post_json("/queue", {"queue_name": name, **params}, headers=AUTH, status=status)
+    return app.post_json("/queue", {"queue_name": name, **params}, headers=app.auth, status=status)
 
 
 def post(app, queue, body, status=201, **query):
     qs = "&".join(f"{k}={v}" for k, v in query.items())
-    return app.post_json(f"/queue/{queue}?{qs}", body, headers=AUTH, status=status)
+    return app.post_json(f"/queue/{queue}?{qs}", body, headers=app.auth, status=status)
 
 
-def read(app, queue, status=200, headers=AUTH, **params):
+def read(app, queue, status=200, headers=None, **params):
+    headers = app.auth if headers is None else headers
     return app.get(f"/queue/{queue}", params=params, headers=headers, status=status)
 
 
@@ -55,7 +54,7 @@ def test_create_queue_returns_metadata(app, clock):
 
 
 def test_create_queue_from_form_and_default_name(app):
-    res = app.post("/queue", {"partitions": "2"}, headers=AUTH, status=201)
+    res = app.post("/queue", {"partitions": "2"}, headers=app.auth, status=201)
     name = res.json["queue_name"]
     assert len(name) == 32 and int(name, 16) >= 0
     assert res.json["partitions"] == 2
@@ -68,12 +67,12 @@ def test_duplicate_queue_is_409_and_keeps_the_first(app):
         "status": "error",
         "error_msg": {"queue_name": "a queue named dup exists already"},
     }
-    assert app.get("/queue/dup/info", headers=READER).json["partitions"] == 2
+    assert app.get("/queue/dup/info", headers=app.reader).json["partitions"] == 2
 
 
 def test_queue_info_is_public(app):
     create(app, "info", partitions=3)
-    res = app.get("/queue/info/info", headers=READER)
+    res = app.get("/queue/info/info", headers=app.reader)
     assert {k: res.json[k] for k in ("queue_name", "partitions", "type")} == {
         "queue_name": "info",
         "partitions": 3,
@@ -85,26 +84,26 @@ def test_queue_info_is_public(app):
 def test_list_queues_with_paging_and_details(app):
     for name in ["b", "a", "c"]:
         create(app, name)
-    assert app.get("/queue", headers=AUTH).json["queues"] == ["a", "b", "c"]
-    res = app.get("/queue", {"limit": 1, "offset": "a", "details": "true"}, headers=AUTH)
+    assert app.get("/queue", headers=app.auth).json["queues"] == ["a", "b", "c"]
+    res = app.get("/queue", {"limit": 1, "offset": "a", "details": "true"}, headers=app.auth)
     assert [q["queue_name"] for q in res.json["queues"]] == ["b"]
     assert res.json["queues"][0]["partitions"] == 1
 
 
 def test_update_grows_partitions_and_refuses_shrinking(app):
     create(app, "grow", partitions=2)
-    res = app.put_json("/queue/grow", {"partitions": 4}, headers=AUTH)
+    res = app.put_json("/queue/grow", {"partitions": 4}, headers=app.auth)
     assert res.json["partitions"] == 4
-    res = app.put_json("/queue/grow", {"partitions": 3}, headers=AUTH, status=400)
+    res = app.put_json("/queue/grow", {"partitions": 3}, headers=app.auth, status=400)
     assert "partitions" in res.json["error_msg"]
-    assert app.get("/queue/grow/info", headers=READER).json["partitions"] == 4
+    assert app.get("/queue/grow/info", headers=app.reader).json["partitions"] == 4
 
 
 def test_delete_queue(app):
     create(app, "gone")
     post(app, "gone", {"a": 1})
-    assert app.delete("/queue/gone", headers=AUTH).json == {"status": "ok"}
-    app.get("/queue/gone/info", headers=READER, status=404)
+    assert app.delete("/queue/gone", headers=app.auth).json == {"status": "ok"}
+    app.get("/queue/gone/info", headers=app.reader, status=404)
     create(app, "gone")
     assert read(app, "gone").json["messages"] == []
 
@@ -112,7 +111,7 @@ def test_delete_queue(app):
 def test_purge_keeps_the_queue(app, settle):
     create(app, "purge")
     post(app, "purge", {"a": 1})
-    app.delete("/queue/purge?delete=false", headers=AUTH)
+    app.delete("/queue/purge?delete=false", headers=app.auth)
     settle()
     assert read(app, "purge").json["messages"] == []
     post(app, "purge", {"a": 2})
@@ -151,10 +150,10 @@ def test_public_queue_is_readable_without_key_private_is_not(app, settle):
     post(app, "pub", {"x": 1})
     post(app, "priv", {"x": 2})
     settle()
-    assert bodies(read(app, "pub", headers=READER)) == [{"x": 1}]
-    res = read(app, "priv", headers=READER, status=401)
+    assert bodies(read(app, "pub", headers=app.reader)) == [{"x": 1}]
+    res = read(app, "priv", headers=app.reader, status=401)
     assert res.json["error_msg"] == {"ApplicationKey": "this call needs the ApplicationKey header"}
-    app.get("/queue/priv/info", headers=READER, status=401)
+    app.get("/queue/priv/info", headers=app.reader, status=401)
     assert bodies(read(app, "priv")) == [{"x": 2}]
 
 
@@ -197,12 +196,8 @@ def test_since_and_since_timestamp_are_exclusive(app, clock, settle):
     assert bodies(after) == [{"n": 2}, {"n": 3}]
 
 
-def test_read_delay_hides_the_newest(make_app, storage, clock):
-    import webtest
-
-    app = webtest.TestApp(
-        make_app(storage, **{"queuey.read_delay": "10"}), extra_environ={"REMOTE_ADDR": "127.0.0.1"}
-    )
+def test_read_delay_hides_the_newest(make_app, storage, clock, client):
+    app = client(make_app(storage, **{"queuey.read_delay": "10"}))
     create(app, "delay")
     post(app, "delay", {"n": 1})
     clock.advance(9)
@@ -212,13 +207,15 @@ def test_read_delay_hides_the_newest(make_app, storage, clock):
 
 
 def test_message_ttl_expires_exactly(app, clock, settle):
+    delay = app.app.registry.queuey_settings.read_delay
+    short_ttl = int(delay) + 5
     create(app, "ttl", ttl=100)
-    post(app, "ttl", {"short": True}, ttl=5)
+    post(app, "ttl", {"short": True}, ttl=short_ttl)
     post(app, "ttl", {"short": False})
-    settle()
-    clock.advance(4.9)
+    settle()  # now + delay + 0.01 s
+    clock.advance(short_ttl - delay - 0.06)  # 50 ms before the short one's end
     assert len(read(app, "ttl").json["messages"]) == 2
-    clock.advance(0.2)
+    clock.advance(0.1)
     assert bodies(read(app, "ttl")) == [{"short": False}]
 
 
@@ -226,7 +223,7 @@ def test_batch_post(app, settle):
     create(app, "batch", partitions=3)
     messages = [{"body": {"n": n}, "partition": n % 3 + 1} for n in range(10)]
     messages.append({"body": {"keyed": True}, "partition_key": "k", "ttl": 60})
-    res = app.post_json("/queue/batch/batch", {"messages": messages}, headers=AUTH, status=201)
+    res = app.post_json("/queue/batch/batch", {"messages": messages}, headers=app.auth, status=201)
     refs = res.json["messages"]
     assert len(refs) == 11
     assert [r["partition"] for r in refs[:10]] == [n % 3 + 1 for n in range(10)]
@@ -237,7 +234,7 @@ def test_batch_post(app, settle):
 def test_batch_is_all_or_nothing(app, settle):
     create(app, "atomic", partitions=2)
     messages = [{"body": {"n": 1}}, {"body": {"n": 2}, "partition": 9}, {"body": "x"}]
-    res = app.post_json("/queue/atomic/batch", {"messages": messages}, headers=AUTH, status=400)
+    res = app.post_json("/queue/atomic/batch", {"messages": messages}, headers=app.auth, status=400)
     assert set(res.json["error_msg"]) == {"messages[1].partition", "messages[2].body"}
     settle()
     assert read(app, "atomic").json["messages"] == []
@@ -248,57 +245,63 @@ def test_get_and_delete_messages_by_id(app, settle):
     a = post(app, "byid", {"a": 1}, partition=2).json["messages"][0]
     b = post(app, "byid", {"b": 1}, partition=1).json["messages"][0]
     ids_path = f"2:{a['message_id']},{b['message_id']}"
-    got = app.get(f"/queue/byid/messages/{ids_path}", headers=READER).json["messages"]
+    got = app.get(f"/queue/byid/messages/{ids_path}", headers=app.reader).json["messages"]
     assert sorted(m["message_id"] for m in got) == sorted([a["message_id"], b["message_id"]])
-    app.delete(f"/queue/byid/messages/2:{a['message_id']}", headers=AUTH)
-    got = app.get(f"/queue/byid/messages/{ids_path}", headers=READER).json["messages"]
+    app.delete(f"/queue/byid/messages/2:{a['message_id']}", headers=app.auth)
+    got = app.get(f"/queue/byid/messages/{ids_path}", headers=app.reader).json["messages"]
     assert [m["message_id"] for m in got] == [b["message_id"]]
-    app.delete(f"/queue/byid/messages/{ids_path}", headers=READER, status=401)
+    app.delete(f"/queue/byid/messages/{ids_path}", headers=app.reader, status=401)
 
 
 def test_checkpoints(app):
     create(app, "cp", partitions=3)
     one, two = uuid.uuid1().hex, uuid.uuid1().hex
     path = "/queue/cp/checkpoints/workers"
-    assert app.get(path, headers=AUTH).json == {"status": "ok", "checkpoints": {}}
-    app.put_json(path, {"checkpoints": {"1": one, "3": two}}, headers=AUTH)
-    assert app.get(path, headers=AUTH).json["checkpoints"] == {"1": one, "3": two}
-    res = app.put_json(path, {"checkpoints": {"4": one, "x": "y"}}, headers=AUTH, status=400)
+    assert app.get(path, headers=app.auth).json == {"status": "ok", "checkpoints": {}}
+    app.put_json(path, {"checkpoints": {"1": one, "3": two}}, headers=app.auth)
+    assert app.get(path, headers=app.auth).json["checkpoints"] == {"1": one, "3": two}
+    res = app.put_json(path, {"checkpoints": {"4": one, "x": "y"}}, headers=app.auth, status=400)
     assert set(res.json["error_msg"]) == {"checkpoints.4", "checkpoints.x"}
-    app.get(path, headers=READER, status=401)
+    app.get(path, headers=app.reader, status=401)
 
 
 # -- identity --------------------------------------------------------------------------
 def test_rotated_key_works(app):
     app.post_json(
-        "/queue", {"queue_name": "rot"}, headers={**AUTH, "ApplicationKey": ROTATED_KEY}, status=201
+        "/queue",
+        {"queue_name": "rot"},
+        headers={**app.auth, "ApplicationKey": ROTATED_KEY},
+        status=201,
     )
 
 
 @pytest.mark.parametrize(
-    "headers, status, field",
+    "make_headers, status, field",
     [
-        ({}, 401, "X-Application-Name"),
-        ({"X-Application-Name": "nobody", "ApplicationKey": KEY}, 401, "X-Application-Name"),
-        ({"X-Application-Name": APP}, 401, "ApplicationKey"),
-        ({"X-Application-Name": APP, "ApplicationKey": "wrong"}, 401, "ApplicationKey"),
-        ({"X-Application-Name": REMOTE_APP, "ApplicationKey": REMOTE_KEY}, 403, "client_address"),
+        (lambda apps: {}, 401, "X-Application-Name"),
+        (
+            lambda apps: {"X-Application-Name": "nobody", "ApplicationKey": KEY},
+            401,
+            "X-Application-Name",
+        ),
+        (lambda apps: apps.reader, 401, "ApplicationKey"),
+        (lambda apps: {**apps.auth, "ApplicationKey": "wrong"}, 401, "ApplicationKey"),
+        (lambda apps: apps.remote_auth, 403, "client_address"),
     ],
 )
-def test_identity_errors(app, headers, status, field):
+def test_identity_errors(app, make_headers, status, field):
+    headers = make_headers(app.apps)
     res = app.post_json("/queue", {"queue_name": "x"}, headers=headers, status=status)
     assert res.json["status"] == "error"
     assert list(res.json["error_msg"]) == [field]
-    app.get("/queue/x/info", headers=READER, status=404)
+    app.get("/queue/x/info", headers=app.reader, status=404)
 
 
-def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage):
-    import webtest
-
+def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage, client):
     wsgi = make_app(storage, **{"queuey.trusted_proxies": "192.168.1.1"})
-    remote_headers = {"X-Application-Name": REMOTE_APP, "ApplicationKey": REMOTE_KEY}
     # From the trusted proxy, the forwarded client address (in 10/8) counts.
-    via_proxy = webtest.TestApp(wsgi, extra_environ={"REMOTE_ADDR": "192.168.1.1"})
+    via_proxy = client(wsgi, remote_addr="192.168.1.1")
+    remote_headers = via_proxy.apps.remote_auth
     via_proxy.post_json(
         "/queue",
         {"queue_name": "fwd"},
@@ -306,7 +309,7 @@ def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage):
         status=201,
     )
     # From an untrusted peer, a spoofed header is ignored.
-    direct = webtest.TestApp(wsgi, extra_environ={"REMOTE_ADDR": "203.0.113.9"})
+    direct = client(wsgi, remote_addr="203.0.113.9")
     res = direct.post_json(
         "/queue",
         {"queue_name": "spoof"},
@@ -318,21 +321,30 @@ def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage):
     res = via_proxy.post_json(
         "/queue",
         {"queue_name": "spoof2"},
-        headers={**AUTH, "X-Forwarded-For": "127.0.0.1, 203.0.113.9"},
+        headers={**via_proxy.auth, "X-Forwarded-For": "127.0.0.1, 203.0.113.9"},
         status=403,
     )
-    assert storage.list_queues(REMOTE_APP) and [q.name for q in storage.list_queues(APP)] == []
+    apps = via_proxy.apps
+    assert [q.name for q in storage.list_queues(apps.remote_app)] == ["fwd"]
+    assert storage.list_queues(apps.app) == []
 
 
 # -- bad input -------------------------------------------------------------------------
 def test_malformed_json_is_415_and_stores_nothing(app, settle):
     create(app, "bad")
     res = app.post(
-        "/queue/bad", "{not json", headers={**AUTH, "Content-Type": "application/json"}, status=415
+        "/queue/bad",
+        "{not json",
+        headers={**app.auth, "Content-Type": "application/json"},
+        status=415,
     )
     assert list(res.json["error_msg"]) == ["body"]
-    res = app.post("/queue/bad", "a=b", headers={**AUTH, "Content-Type": "text/plain"}, status=415)
-    app.post("/queue/bad", "NaN", headers={**AUTH, "Content-Type": "application/json"}, status=415)
+    res = app.post(
+        "/queue/bad", "a=b", headers={**app.auth, "Content-Type": "text/plain"}, status=415
+    )
+    app.post(
+        "/queue/bad", "NaN", headers={**app.auth, "Content-Type": "application/json"}, status=415
+    )
     settle()
     assert read(app, "bad").json["messages"] == []
 
@@ -344,22 +356,29 @@ def test_non_object_message_is_400(app):
         assert res.json["error_msg"] == {"body": "a message must be a JSON object"}
 
 
-def test_oversized_message_and_batch_are_413(make_app, storage, settle):
-    import webtest
-
-    app = webtest.TestApp(
-        make_app(storage, **{"queuey.max_message_size": "1024", "queuey.max_batch_messages": "5"}),
-        extra_environ={"REMOTE_ADDR": "127.0.0.1"},
+def test_oversized_message_and_batch_are_413(make_app, storage, settle, client):
+    app = client(
+        make_app(
+            storage,
+            **{
+                "queuey.max_message_size": "1024",
+                "queuey.max_batch_messages": "5",
+                "queuey.max_batch_size": "4096",
+            },
+        )
     )
     create(app, "big")
     res = post(app, "big", {"x": "a" * 2000}, status=413)
     assert list(res.json["error_msg"]) == ["body"]
     messages = [{"body": {"n": 1}}, {"body": {"x": "a" * 1020}}]
-    res = app.post_json("/queue/big/batch", {"messages": messages}, headers=AUTH, status=413)
+    res = app.post_json("/queue/big/batch", {"messages": messages}, headers=app.auth, status=413)
     assert list(res.json["error_msg"]) == ["messages[1].body"]
     many = [{"body": {"n": n}} for n in range(6)]
-    res = app.post_json("/queue/big/batch", {"messages": many}, headers=AUTH, status=413)
+    res = app.post_json("/queue/big/batch", {"messages": many}, headers=app.auth, status=413)
     assert list(res.json["error_msg"]) == ["messages"]
+    heavy = [{"body": {"x": "a" * 1000}} for n in range(5)]
+    res = app.post_json("/queue/big/batch", {"messages": heavy}, headers=app.auth, status=413)
+    assert list(res.json["error_msg"]) == ["body"]
     settle()
     assert read(app, "big").json["messages"] == []
 
@@ -368,17 +387,17 @@ def test_unknown_queue_is_404(app):
     res = post(app, "nope", {"a": 1}, status=404)
     assert res.json["error_msg"] == {"queue_name": "no queue named nope"}
     read(app, "nope", status=404)
-    app.put_json("/queue/nope", {"partitions": 2}, headers=AUTH, status=404)
-    app.delete("/queue/nope", headers=AUTH, status=404)
+    app.put_json("/queue/nope", {"partitions": 2}, headers=app.auth, status=404)
+    app.delete("/queue/nope", headers=app.auth, status=404)
 
 
 def test_invalid_queue_name_is_400(app):
     res = create(app, "bad name!", status=400)
     assert list(res.json["error_msg"]) == ["queue_name"]
     create(app, "x" * 51, status=400)
-    res = app.get("/queue/bad$name/info", headers=READER, status=400)
+    res = app.get("/queue/bad$name/info", headers=app.reader, status=400)
     assert list(res.json["error_msg"]) == ["queue_name"]
-    assert app.get("/queue", headers=AUTH).json["queues"] == []
+    assert app.get("/queue", headers=app.auth).json["queues"] == []
 
 
 def test_out_of_range_parameters_name_every_field(app):
@@ -399,7 +418,7 @@ def test_out_of_range_parameters_name_every_field(app):
 def test_unknown_route_and_method(app):
     res = app.get("/nothing", status=404)
     assert res.json["status"] == "error"
-    res = app.patch("/queue", headers=AUTH, status=405)
+    res = app.patch("/queue", headers=app.auth, status=405)
     assert list(res.json["error_msg"]) == ["method"]
 
 
@@ -421,7 +440,7 @@ def test_metrics_exposed_to_loopback_only(app):
 
 def test_curl_style_json_labelled_as_form_is_json(app):
     """`curl -d '{...}'` sends JSON labelled as a form: the body decides."""
-    form = {**AUTH, "Content-Type": "application/x-www-form-urlencoded"}
+    form = {**app.auth, "Content-Type": "application/x-www-form-urlencoded"}
     res = app.post("/queue", '{"queue_name": "curl", "partitions": 3}', headers=form, status=201)
     assert (res.json["queue_name"], res.json["partitions"]) == ("curl", 3)
     res = app.post("/queue/curl", '{"a": 1}', headers=form, status=201)

@@ -1,14 +1,13 @@
 """/openapi.json describes exactly the routes the app serves."""
 
 import pytest
-import webtest
 
 from queuey.web import ROUTES
 
 
 @pytest.fixture
-def sqlite_app(make_app, sqlite_storage):
-    return webtest.TestApp(make_app(sqlite_storage), extra_environ={"REMOTE_ADDR": "127.0.0.1"})
+def sqlite_app(make_app, sqlite_storage, client):
+    return client(make_app(sqlite_storage))
 
 
 def served(wsgi_app) -> set[tuple[str, str]]:

@@ -1,0 +1,213 @@
+"""The Cassandra schema and its migrations.
+
+The schema is versioned: ``schema_version`` records each migration applied, so
+``queuey schema upgrade`` is idempotent (a second run applies nothing) and a
+later release appends migrations instead of editing old ones. Statements use
+``IF NOT EXISTS`` as well, so a migration interrupted half-way can be re-run.
+
+The time-bucket width is fixed when the schema is created and stored in
+``storage_settings``: changing it later would make existing messages
+unreachable, so an existing keyspace keeps its width.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra.cluster import Session
+
+from queuey.storage.cassandra import (
+    CassandraSettings,
+    build_cluster,
+    parse_settings,
+    unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "queuey"
+#: How many TWCS windows the longest TTL should span (Cassandra's advice: 20-50).
+TARGET_WINDOWS = 30
+#: gc_grace_seconds of the message tables: messages are never updated, only
+#: deleted by id now and then; three hours is Cassandra's hint window.
+MESSAGES_GC_GRACE = 3 * 3600
+#: Schema changes wait for every node to agree; give them longer than requests.
+DDL_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: Callable[[CassandraSettings], list[str]]
+
+
+def twcs_window(bucket_seconds: int, max_ttl: int) -> tuple[str, int]:
+    """TWCS window (unit, size) for messages.
+
+    A whole multiple of the bucket width (both are aligned on the epoch, so a
+    bucket never straddles two windows), about ``max_ttl / 30`` long so the
+    live data spans a few dozen SSTables at most.
+    """
+    base = math.lcm(bucket_seconds, 60)
+    seconds = base * max(1, round(max_ttl / TARGET_WINDOWS / base))
+    for unit, length in (("DAYS", 86400), ("HOURS", 3600), ("MINUTES", 60)):
+        if seconds % length == 0:
+            return unit, seconds // length
+    raise AssertionError("unreachable: window is a multiple of 60")
+
+
+def _cql_map(options: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in options.items()) + "}"
+
+
+def _v1(cfg: CassandraSettings) -> list[str]:
+    ks = cfg.keyspace
+    unit, size = twcs_window(cfg.bucket_seconds, cfg.max_ttl)
+    twcs = (
+        "{'class': 'TimeWindowCompactionStrategy', "
+        f"'compaction_window_unit': '{unit}', 'compaction_window_size': '{size}'}}"
+    )
+    expiring = (
+        f"compaction = {twcs} AND default_time_to_live = 0 "
+        f"AND gc_grace_seconds = {MESSAGES_GC_GRACE}"
+    )
+    return [
+        f"CREATE TABLE IF NOT EXISTS {ks}.queues ("
+        " application text, name text, partitions int, default_ttl int,"
+        " queue_type text, consistency text, created bigint, incarnation text,"
+        " PRIMARY KEY ((application), name))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.messages ("
+        " incarnation text, partition int, bucket bigint, id timeuuid,"
+        " body text, expires bigint,"
+        " PRIMARY KEY ((incarnation, partition, bucket), id))"
+        f" WITH CLUSTERING ORDER BY (id ASC) AND {expiring}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.message_buckets ("
+        " incarnation text, partition int, bucket bigint, message_ttl int,"
+        " PRIMARY KEY ((incarnation, partition), bucket, message_ttl))"
+        f" WITH CLUSTERING ORDER BY (bucket DESC, message_ttl DESC) AND {expiring}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.checkpoints ("
+        " application text, queue text, consumer text, partition int, id uuid,"
+        " PRIMARY KEY ((application, queue), consumer, partition))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.storage_settings (name text PRIMARY KEY, value text)",
+        f"INSERT INTO {ks}.storage_settings (name, value) "
+        f"VALUES ('bucket_seconds', '{cfg.bucket_seconds}') IF NOT EXISTS",
+    ]
+
+
+#: Every migration, in order. Append; never edit one that has shipped.
+MIGRATIONS: Sequence[Migration] = (
+    Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
+)
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def _version_table(keyspace: str) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_version ("
+        " component text, version int, description text, applied_at timestamp,"
+        " PRIMARY KEY ((component), version))"
+    )
+
+
+def _keyspace_exists(session: Session, keyspace: str) -> bool:
+    return bool(
+        session.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            (keyspace,),
+        ).all()
+    )
+
+
+def current_version(session: Session, keyspace: str) -> int:
+    """The highest migration applied to ``keyspace`` (0 for none).
+
+    Reads ``system_schema`` rather than the driver's metadata, which may lag
+    behind changes made by another client.
+    """
+    exists = session.execute(
+        "SELECT table_name FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name = 'schema_version'",
+        (keyspace,),
+    ).all()
+    if not exists:
+        return 0
+    rows = session.execute(
+        f"SELECT version FROM {keyspace}.schema_version WHERE component = %s",
+        (COMPONENT,),
+    ).all()
+    return max((row[0] for row in rows), default=0)
+
+
+def apply_migrations(session: Session, cfg: CassandraSettings) -> list[str]:
+    """Create the keyspace if needed and apply pending migrations.
+
+    Returns the statements applied (empty when the schema was up to date).
+    """
+    ks = cfg.keyspace
+    applied: list[str] = []
+
+    def run(statement: str) -> None:
+        log.info("cassandra schema: %s", statement)
+        session.execute(statement, timeout=DDL_TIMEOUT)
+        applied.append(statement)
+
+    if not _keyspace_exists(session, ks):
+        run(
+            f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
+            f"{_cql_map(cfg.replication)} AND durable_writes = true"
+        )
+    version = current_version(session, ks)
+    pending = [m for m in MIGRATIONS if m.version > version]
+    if not pending:
+        return applied
+    if version == 0:
+        run(_version_table(ks))
+    for migration in pending:
+        for statement in migration.statements(cfg):
+            run(statement)
+        session.execute(
+            f"INSERT INTO {ks}.schema_version (component, version, description, applied_at) "
+            "VALUES (%s, %s, %s, %s)",
+            (COMPONENT, migration.version, migration.description, datetime.now(UTC)),
+            timeout=DDL_TIMEOUT,
+        )
+        applied.append(f"-- migration {migration.version}: {migration.description}")
+    return applied
+
+
+def upgrade_with_config(cfg: CassandraSettings) -> list[str]:
+    """:func:`upgrade_schema` with settings already parsed."""
+    cluster = build_cluster(cfg)
+    try:
+        with unavailable("schema upgrade"):
+            session = cluster.connect()
+            return apply_migrations(session, cfg)
+    finally:
+        cluster.shutdown()
+
+
+def upgrade_schema(settings: Mapping[str, Any]) -> list[str]:
+    """Create or upgrade the Queuey schema described by ``queuey.cassandra.*`` settings.
+
+    Idempotent: returns the statements applied, empty when nothing was pending.
+    Raises ``ConfigurationError`` for bad settings and ``StorageUnavailable``
+    when Cassandra cannot be reached.
+    """
+    return upgrade_with_config(parse_settings(settings))
+
+
+def schema_status(settings: Mapping[str, Any]) -> tuple[int, int]:
+    """(applied version, latest version) of the configured keyspace."""
+    cfg = parse_settings(settings)
+    cluster = build_cluster(cfg)
+    try:
+        with unavailable("schema status"):
+            return current_version(cluster.connect(), cfg.keyspace), LATEST_VERSION
+    finally:
+        cluster.shutdown()
