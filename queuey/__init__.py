@@ -20,6 +20,7 @@ from queuey.clock import SYSTEM_CLOCK, Clock
 from queuey.coordination import Coordination
 from queuey.settings import check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
+from queuey.web.resources import QueueCache
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     registry.applications = load_applications(parsed.applications_file)
     registry.storage = storage
     registry.clock = clock
+    registry.queue_cache = QueueCache(parsed.metadata_cache_seconds)
     registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
 
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)

@@ -1,8 +1,8 @@
 """The ``queuey`` command: operator tasks.
 
-    queuey keygen NAME                 print a new key and the lines to add for it
-    queuey schema upgrade -c INI       create or migrate the storage schema (idempotent)
-    queuey schema show -c INI          print the schema version the store has
+queuey keygen NAME                 print a new key and the lines to add for it
+queuey schema upgrade -c INI       create or migrate the storage schema (idempotent)
+queuey schema show -c INI          print the schema version the store has
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.metrics.allow": "127.0.0.0/8, ::1/128",
     "queuey.zookeeper.hosts": "",
     "queuey.retry_after": "5",
+    "queuey.metadata_cache_seconds": "1",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,6 +75,7 @@ class Settings:
     metrics_allow: tuple[Network, ...]
     zookeeper_hosts: str
     retry_after: int
+    metadata_cache_seconds: float
     raw: Mapping[str, Any]
 
     @property
@@ -123,6 +125,7 @@ def load_settings(
         metrics_allow=_get(raw, "queuey.metrics.allow", parse_networks),
         zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),
         retry_after=_get(raw, "queuey.retry_after", int, lambda v: v >= 1),
+        metadata_cache_seconds=_get(raw, "queuey.metadata_cache_seconds", float, lambda v: v >= 0),
         raw=raw,
     )
     if not parsed.applications_file:

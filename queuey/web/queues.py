@@ -73,6 +73,7 @@ def update_queue(request):
     queue_type = params.choice("type", None, TYPES)
     consistency = params.choice("consistency", None, CONSISTENCIES)
     params.check()
+    request.registry.queue_cache.forget(meta.application, meta.name)
     updated = request.storage.update_queue(
         meta.application,
         meta.name,
@@ -90,6 +91,7 @@ def delete_queue(request):
     params = Params(request.GET)
     delete = params.boolean("delete", True)
     params.check()
+    request.registry.queue_cache.forget(meta.application, meta.name)
     if delete:
         request.storage.delete_queue(meta.application, meta.name)
     else:

@@ -445,3 +445,22 @@ def test_curl_style_json_labelled_as_form_is_json(app):
     assert (res.json["queue_name"], res.json["partitions"]) == ("curl", 3)
     res = app.post("/queue/curl", '{"a": 1}', headers=form, status=201)
     assert len(res.json["messages"]) == 1
+
+
+def test_metadata_cache_across_two_api_nodes(make_app, storage, client, settle):
+    """A node sees another node's change within the cache time, its own at once."""
+    ticks = [0.0]
+    node_a = client(make_app(storage))
+    node_b = client(make_app(storage))
+    node_a.app.registry.queue_cache.now = lambda: ticks[0]
+    create(node_a, "shared", partitions=2)
+    assert node_a.get("/queue/shared/info", headers=node_a.reader).json["partitions"] == 2
+    node_b.put_json("/queue/shared", {"partitions": 3}, headers=node_b.auth)
+    assert node_a.get("/queue/shared/info", headers=node_a.reader).json["partitions"] == 2
+    post(node_a, "shared", {}, partition=3, status=400)
+    ticks[0] += 1.01
+    assert node_a.get("/queue/shared/info", headers=node_a.reader).json["partitions"] == 3
+    post(node_a, "shared", {"n": 1}, partition=3)
+    node_a.delete("/queue/shared?delete=false", headers=node_a.auth)
+    settle()
+    assert read(node_a, "shared").json["messages"] == []
