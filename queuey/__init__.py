@@ -14,6 +14,7 @@ from typing import Any
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
 from pyramid.config import Configurator
+from pyramid.request import Request
 
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
@@ -23,6 +24,15 @@ from queuey.storage import Storage, load_backend
 from queuey.web.resources import QueueCache
 
 log = logging.getLogger(__name__)
+
+
+class QueueyRequest(Request):
+    """Bodies stay in memory: views check their size against the configured
+    limits before reading them, and waitress caps what it buffers
+    (``max_request_body_size``), so WebOb's spill to a temporary file for
+    bodies over 10 KiB would only cost a file (and leak its handle)."""
+
+    request_body_tempfile_limit = 2**30
 
 
 def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
@@ -49,6 +59,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     registry.queue_cache = QueueCache(parsed.metadata_cache_seconds)
     registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
 
+    config.set_request_factory(QueueyRequest)
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)
     config.add_request_method(lambda request: request.registry.clock, "clock", reify=True)
     config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)

@@ -97,7 +97,7 @@ def applications_file(tmp_path, test_apps):
 
 
 @pytest.fixture
-def client(test_apps):
+def wrap_app(test_apps):
     """Wrap a WSGI app in webtest, calling from 127.0.0.1, with this test's headers
     at hand as ``.auth`` (name + key), ``.reader`` (name only) and ``.apps``."""
 
@@ -130,9 +130,9 @@ def make_app(applications_file, clock):
 
 
 @pytest.fixture
-def app(make_app, storage, client):
+def app(make_app, storage, wrap_app):
     """The app on each storage backend, through webtest (see ``client``)."""
-    return client(make_app(storage))
+    return wrap_app(make_app(storage))
 
 
 # -- live servers ---------------------------------------------------------------------

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from waitress.server import create_server
+from webtest.http import StopableWSGIServer
 
 KEY = "test-key-1"
 ROTATED_KEY = "test-key-2"  # stored as its sha256 digest
@@ -62,8 +61,8 @@ def write_applications(path: Path, apps: TestApps) -> Path:
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 10.0,
-    interval: float = 0.05,
     what: str = "condition",
+    interval: float = 0.05,
 ) -> Any:
     """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout
@@ -78,31 +77,29 @@ def wait_until(
 
 @dataclass
 class LiveServer:
-    """A waitress server on an ephemeral loopback port, in a thread."""
+    """A waitress server on a free loopback port, in a thread (webtest's
+    StopableWSGIServer, which shuts its channels down cleanly)."""
 
     url: str
     application: str
     key: str
     app: Any
     _server: Any
-    _thread: threading.Thread
 
     def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.close()
-            self._thread.join(timeout=10)
+        if not self._server.was_shutdown:
+            self._server.shutdown()
+            self._server.runner.join(timeout=10)
 
 
 def start_live_server(wsgi_app: Any, application: str, threads: int = 8) -> LiveServer:
-    server = create_server(wsgi_app, host="127.0.0.1", port=0, threads=threads)
-    thread = threading.Thread(target=server.run, name="waitress", daemon=True)
-    thread.start()
-    port = server.effective_port
+    server = StopableWSGIServer.create(
+        wsgi_app, host="127.0.0.1", threads=threads, expose_tracebacks=False
+    )
     return LiveServer(
-        url=f"http://127.0.0.1:{port}",
+        url=f"http://127.0.0.1:{server.effective_port}",
         application=application,
         key=KEY,
         app=wsgi_app,
         _server=server,
-        _thread=thread,
     )

@@ -6,8 +6,8 @@ from queuey.web import ROUTES
 
 
 @pytest.fixture
-def sqlite_app(make_app, sqlite_storage, client):
-    return client(make_app(sqlite_storage))
+def sqlite_app(make_app, sqlite_storage, wrap_app):
+    return wrap_app(make_app(sqlite_storage))
 
 
 def served(wsgi_app) -> set[tuple[str, str]]:

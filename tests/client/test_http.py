@@ -1,0 +1,296 @@
+"""The HTTP client: every method against the real app, retries against a scripted server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from queuey.client import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    OutgoingMessage,
+    QueueInfo,
+    QueueyClient,
+    ReceivedMessage,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
+
+# --------------------------------------------------------------- a scripted server
+
+
+class ScriptedServer:
+    """An in-process fake HTTP server answering from a script (for retry logic only).
+
+    Each scripted answer is ``(status, body, headers, delay)``; requests beyond
+    the script get 200 ``{"status": "ok"}``. Every request is recorded.
+    """
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict, dict, float]] = []
+        self.requests: list[tuple[str, str, bytes]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with outer.lock:
+                    outer.requests.append((self.command, self.path, body))
+                    step = outer.script.pop(0) if outer.script else (200, {"status": "ok"}, {}, 0)
+                status, payload, headers, delay = step
+                if delay:
+                    time.sleep(delay)
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def answer(self, status: int, payload: dict, headers=None, delay: float = 0.0):
+        self.script.append((status, payload, headers or {}, delay))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
+    yield server
+    server.close()
+
+
+def refused_url() -> str:
+    """A loopback URL nothing listens on (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def make_client(urls, **kwargs) -> QueueyClient:
+    kwargs.setdefault("backoff", 0.01)
+    kwargs.setdefault("max_backoff", 0.05)
+    client = QueueyClient(urls, "app", "key", **kwargs)
+    client.sleeps = []
+    real_sleep = client._sleep
+
+    def sleep(seconds: float) -> None:
+        client.sleeps.append(seconds)
+        real_sleep(min(seconds, 0.05))
+
+    client._sleep = sleep
+    return client
+
+
+UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
+POSTED = {
+    "status": "ok",
+    "messages": [{"message_id": "a" * 32, "timestamp": 1.5, "partition": 1}],
+}
+
+
+@pytest.mark.unit
+def test_503_is_retried_honouring_retry_after_up_to_max_backoff(scripted):
+    scripted.answer(503, UNAVAILABLE, {"Retry-After": "0.03"})
+    scripted.answer(503, UNAVAILABLE, {"Retry-After": "30"})
+    scripted.answer(201, POSTED)
+    client = make_client(scripted.url, max_backoff=0.2)
+    posted = client.post("q", {"a": 1})
+    assert posted.message_id == "a" * 32
+    assert client.sleeps == [0.03, 0.2]
+    assert len(scripted.requests) == 3
+
+
+@pytest.mark.unit
+def test_503_after_every_retry_raises_unavailable_with_the_servers_message(scripted):
+    for _ in range(3):
+        scripted.answer(503, UNAVAILABLE)
+    client = make_client(scripted.url, retries=2)
+    with pytest.raises(Unavailable) as info:
+        client.queue_info("q")
+    assert info.value.status == 503
+    assert info.value.error_msg == {"storage": "unavailable"}
+    assert len(scripted.requests) == 3
+    assert all(0 <= s <= 0.05 for s in client.sleeps)  # full jitter within the cap
+
+
+@pytest.mark.unit
+def test_fails_over_to_the_next_url_when_a_node_refuses(scripted):
+    scripted.answer(201, POSTED)
+    client = make_client([refused_url(), scripted.url])
+    assert client.post("q", {"a": 1}).partition == 1  # a POST: never sent, so retried
+    assert len(scripted.requests) == 1
+    # the client stays on the node that answered
+    scripted.answer(200, {"status": "ok", "queue_name": "q", "partitions": 2})
+    assert client.queue_info("q").partitions == 2
+    assert len(client.sleeps) == 1
+
+
+@pytest.mark.unit
+def test_no_node_reachable_raises_unavailable():
+    client = make_client([refused_url(), refused_url()], retries=3)
+    with pytest.raises(Unavailable):
+        client.read("q")
+    assert len(client.sleeps) == 3
+
+
+@pytest.mark.unit
+def test_a_post_that_timed_out_is_not_retried(scripted):
+    scripted.answer(201, POSTED, delay=0.5)
+    client = make_client(scripted.url, timeout=0.1)
+    with pytest.raises(Unavailable, match="not retried"):
+        client.post("q", {"a": 1})
+    assert len(scripted.requests) == 1
+
+
+@pytest.mark.unit
+def test_an_idempotent_request_that_timed_out_is_retried(scripted):
+    scripted.answer(200, {"status": "ok", "messages": []}, delay=0.5)
+    scripted.answer(200, {"status": "ok", "messages": []})
+    client = make_client(scripted.url, timeout=0.2)
+    assert client.read("q") == []
+    assert len(scripted.requests) == 2
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(400, BadRequest), (401, Unauthorized), (404, NotFound), (409, Conflict), (413, TooLarge)],
+)
+def test_errors_are_typed_and_carry_error_msg(scripted, status, error):
+    scripted.answer(status, {"status": "error", "error_msg": {"limit": "must be 1..1000"}})
+    client = make_client(scripted.url)
+    with pytest.raises(error) as info:
+        client.read("q", limit=5000)
+    assert info.value.error_msg == {"limit": "must be 1..1000"}
+    assert info.value.status == status
+    assert len(scripted.requests) == 1, "client errors are not retried"
+
+
+@pytest.mark.unit
+def test_headers_and_parameters_on_the_wire(scripted):
+    scripted.answer(200, {"status": "ok", "messages": []})
+    client = make_client(scripted.url)
+    client.read("my q", since_timestamp=1700000000.000001, partitions=[1, 3], order="ascending")
+    method, path, _ = scripted.requests[0]
+    assert method == "GET"
+    assert path.startswith("/queue/my%20q?")
+    assert "since_timestamp=1700000000.000001" in path
+    assert "partitions=1%2C3" in path
+    assert "order=ascending" in path
+
+
+# ------------------------------------------------------------ against the real app
+
+
+def test_queue_lifecycle(client):
+    info = client.create_queue("lifecycle", partitions=3, ttl=600)
+    assert info == QueueInfo("lifecycle", 3, info.created, "public", 600)
+    assert info.created > 1_600_000_000
+    assert client.queue_info("lifecycle").partitions == 3
+    with pytest.raises(Conflict):
+        client.create_queue("lifecycle")
+    assert client.update_queue("lifecycle", partitions=5).partitions == 5
+    with pytest.raises(BadRequest) as info_err:
+        client.update_queue("lifecycle", partitions=2)
+    assert "partitions" in info_err.value.error_msg
+    client.create_queue("other")
+    assert client.list_queues() == ["lifecycle", "other"]
+    detailed = client.list_queues(details=True)
+    assert [q.name for q in detailed] == ["lifecycle", "other"]
+    assert client.list_queues(offset="lifecycle") == ["other"]
+    assert [q.name for q in client.iter_queues(page_size=1)] == ["lifecycle", "other"]
+    client.delete_queue("other")
+    with pytest.raises(NotFound):
+        client.queue_info("other")
+    generated = client.create_queue()
+    assert len(generated.name) == 32
+
+
+def test_post_read_and_page(client):
+    client.create_queue("msgs", partitions=2)
+    one = client.post("msgs", {"n": 0}, partition=2)
+    assert one.partition == 2 and len(one.message_id) == 32
+    batch = client.post_batch(
+        "msgs",
+        [{"n": 1}, OutgoingMessage({"n": 2}, partition=1), OutgoingMessage({"n": 3}, ttl=60)],
+    )
+    assert [p.partition for p in batch][1] == 1
+    newest = client.read("msgs", limit=2)
+    assert [m.body["n"] for m in newest] == [3, 2]
+    assert isinstance(newest[0], ReceivedMessage)
+    oldest_first = client.read("msgs", order="ascending", limit=10)
+    assert [m.body["n"] for m in oldest_first] == [0, 1, 2, 3]
+    # since_timestamp excludes exactly the message whose timestamp it is
+    after = client.read("msgs", since_timestamp=one.timestamp, order="ascending")
+    assert [m.body["n"] for m in after] == [1, 2, 3]
+    after_id = client.read("msgs", since=batch[0].message_id, order="ascending")
+    assert [m.body["n"] for m in after_id] == [2, 3]
+    only_p1 = client.read("msgs", partitions=[1], order="ascending")
+    assert all(m.partition == 1 for m in only_p1)
+    assert [m.body["n"] for m in client.iter_messages("msgs", page_size=1)] == [0, 1, 2, 3]
+    assert [m.body["n"] for m in client.iter_messages("msgs", since=one.message_id)] == [1, 2, 3]
+
+
+def test_get_and_delete_messages_by_ref(client):
+    client.create_queue("refs", partitions=2)
+    posted = client.post_batch("refs", [OutgoingMessage({"n": i}, partition=2) for i in range(3)])
+    refs = [f"{p.partition}:{p.message_id}" for p in posted]
+    got = client.get_messages("refs", refs[:2])
+    assert sorted(m.body["n"] for m in got) == [0, 1]
+    assert got[0].ref in refs
+    client.delete_messages("refs", refs[:1])
+    assert [m.body["n"] for m in client.get_messages("refs", refs)] == [1, 2]
+
+
+def test_checkpoints_and_heartbeat(client):
+    client.create_queue("cp", partitions=3)
+    first = client.post("cp", {"n": 1}, partition=1)
+    third = client.post("cp", {"n": 2}, partition=3)
+    assert client.get_checkpoints("cp", "workers") == {}
+    client.set_checkpoints("cp", "workers", {1: first.message_id, 3: third.message_id})
+    assert client.get_checkpoints("cp", "workers") == {1: first.message_id, 3: third.message_id}
+    assert client.heartbeat()["status"] == "ok"
+
+
+def test_wrong_key_and_unknown_queue(live_server):
+    bad = QueueyClient(live_server.url, live_server.application, "wrong", retries=0)
+    with pytest.raises(Unauthorized):
+        bad.create_queue("x")
+    bad.close()
+    with QueueyClient(live_server.url, live_server.application, live_server.key) as good:
+        with pytest.raises(NotFound):
+            good.post("missing", {"a": 1})
