@@ -44,6 +44,7 @@ from pyspark.sql.types import (
     LongType,
     Row,
     StringType,
+    StructField,
     StructType,
     TimestampType,
 )
@@ -69,8 +70,17 @@ from queuey.storage import Message, NewMessage, QueueMeta
 log = logging.getLogger(__name__)
 
 NAME = "queuey"
-DEFAULT_SCHEMA = "message_id STRING, timestamp TIMESTAMP, partition INT, body STRING, queue STRING"
-DEFAULT_SLICES_PER_PARTITION = 4
+DEFAULT_SCHEMA = StructType(
+    [
+        StructField("message_id", StringType()),
+        StructField("timestamp", TimestampType()),
+        StructField("partition", IntegerType()),
+        StructField("body", StringType()),
+        StructField("queue", StringType()),
+    ]
+)
+#: ``minPartitions`` when the data source was not registered through :func:`register`.
+DEFAULT_MIN_PARTITIONS = 4
 DEFAULT_BATCH_SIZE = 100
 MAX_BATCH_SIZE = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -184,13 +194,16 @@ class ReadOptions:
     since_micros: int | None
     until_micros: int | None
     now_micros: int | None
-    slices_per_partition: int
+    slices_per_partition: int | None
+    min_partitions: int
     page_size: int
     max_messages_per_trigger: int | None
     starting_offsets: str | None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+    def parse(
+        cls, options: Mapping[str, str], min_partitions: int = DEFAULT_MIN_PARTITIONS
+    ) -> ReadOptions:
         connection = connection_from_options(options)
         application = (
             connection.application
@@ -206,9 +219,8 @@ class ReadOptions:
             since_micros=_time_option(options, "since"),
             until_micros=_time_option(options, "until"),
             now_micros=_time_option(options, "now"),
-            slices_per_partition=_int_option(
-                options, "slicesPerPartition", DEFAULT_SLICES_PER_PARTITION, 1, 10_000
-            ),
+            slices_per_partition=_int_option(options, "slicesPerPartition", None, 1, 10_000),
+            min_partitions=_int_option(options, "minPartitions", min_partitions, 1, 100_000),
             page_size=_int_option(options, "pageSize", DEFAULT_PAGE_SIZE, 1, 100_000),
             max_messages_per_trigger=_int_option(options, "maxMessagesPerTrigger", None, 1),
             starting_offsets=_option(options, "startingOffsets"),
@@ -243,48 +255,55 @@ def _coerce(value: Any, data_type: DataType) -> Any:
     return value
 
 
-def row_builder(schema: StructType, queue_of: Callable[[], str]) -> Callable[[Message], tuple]:
-    """A function turning a stored message into a tuple matching ``schema``.
+def batch_builder(schema: StructType, queue: str) -> Callable[[Sequence[Message]], Any]:
+    """A function turning a page of stored messages into an Arrow record batch.
 
     Known columns (``MESSAGE_COLUMNS``) come from the message; every other
     column is the body field of that name (``None`` when absent or of another
     type). ``timestamp`` may be declared TIMESTAMP (exact to the microsecond),
-    DOUBLE (seconds) or BIGINT (microseconds).
+    DOUBLE (seconds) or BIGINT (microseconds). Columns are built whole, so
+    Spark receives Arrow data without a per-row conversion.
     """
-    getters: list[Callable[[Message, dict | None], Any]] = []
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    columns: list[Callable[[Sequence[Message], list[Any] | None], list[Any]]] = []
     needs_body = False
     for f in schema.fields:
         name, dtype = f.name, f.dataType
         if name == "message_id":
-            getters.append(lambda m, b: m.id.hex)
-        elif name == "timestamp":
-            if isinstance(dtype, TimestampType):
-                getters.append(lambda m, b: _micros_to_datetime(m.timestamp))
+            columns.append(lambda ms, bs: [m.id.hex for m in ms])
+        elif name in ("timestamp", "timestamp_micros"):
+            if isinstance(dtype, TimestampType | LongType):
+                columns.append(lambda ms, bs: [m.timestamp for m in ms])
             elif isinstance(dtype, DoubleType):
-                getters.append(lambda m, b: ids.micros_to_seconds(m.timestamp))
-            elif isinstance(dtype, LongType):
-                getters.append(lambda m, b: m.timestamp)
+                columns.append(lambda ms, bs: [ids.micros_to_seconds(m.timestamp) for m in ms])
             else:
-                raise ConfigurationError("schema", "timestamp must be TIMESTAMP, DOUBLE or BIGINT")
-        elif name == "timestamp_micros":
-            getters.append(lambda m, b: m.timestamp)
+                raise ConfigurationError(
+                    "schema", f"{name} must be TIMESTAMP, DOUBLE or BIGINT, not {dtype}"
+                )
         elif name == "partition":
-            getters.append(lambda m, b: m.partition)
+            columns.append(lambda ms, bs: [m.partition for m in ms])
         elif name == "body":
-            getters.append(lambda m, b: m.body)
+            columns.append(lambda ms, bs: [m.body for m in ms])
         elif name == "queue":
-            getters.append(lambda m, b: queue_of())
+            columns.append(lambda ms, bs: [queue] * len(ms))
         else:
             needs_body = True
-            getters.append(
-                lambda m, b, name=name, dtype=dtype: (
-                    _coerce(b.get(name), dtype) if isinstance(b, dict) else None
-                )
+            columns.append(
+                lambda ms, bs, name=name, dtype=dtype: [
+                    _coerce(b.get(name), dtype) if isinstance(b, dict) else None for b in bs
+                ]
             )
 
-    def build(message: Message) -> tuple:
-        body = json.loads(message.body) if needs_body else None
-        return tuple(get(message, body) for get in getters)
+    def build(messages: Sequence[Message]) -> pa.RecordBatch:
+        bodies = [json.loads(m.body) for m in messages] if needs_body else None
+        arrays = [
+            pa.array(column(messages, bodies), type=field.type)
+            for column, field in zip(columns, arrow_schema, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
     return build
 
@@ -300,12 +319,19 @@ class SlicePartition(InputPartition):
         self.piece = piece
 
 
-def _read_pieces(piece: Slice, schema: StructType) -> Iterator[tuple]:
+def _read_pieces(piece: Slice, schema: StructType) -> Iterator[Any]:
+    """The slice's messages as Arrow record batches of up to ``page_size`` rows."""
     from queuey.spark.slices import read_slice
 
-    build = row_builder(schema, lambda: piece.queue.name)
+    build = batch_builder(schema, piece.queue.name)
+    page: list[Message] = []
     for message in read_slice(piece):
-        yield build(message)
+        page.append(message)
+        if len(page) >= piece.page_size:
+            yield build(page)
+            page = []
+    if page:
+        yield build(page)
 
 
 class QueueyReader(DataSourceReader):
@@ -329,13 +355,14 @@ class QueueyReader(DataSourceReader):
                     until_micros=o.until_micros,
                     now_micros=o.now_micros,
                     slices_per_partition=o.slices_per_partition,
+                    min_slices=o.min_partitions,
                     page_size=o.page_size,
                 )
             )
         # Spark wants at least one partition; an empty slice reads nothing.
         return [SlicePartition(p) for p in pieces] or [_EmptyPartition()]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, _EmptyPartition):
             return iter(())
         return _read_pieces(partition.piece, self.schema)  # type: ignore[attr-defined]
@@ -527,7 +554,7 @@ class QueueyStreamReader(DataSourceStreamReader):
             )
         return out
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_pieces(partition.piece, self.schema)  # type: ignore[attr-defined]
 
     def commit(self, end: Mapping[str, Any]) -> None:
@@ -711,28 +738,46 @@ def _next_partition(partitions: int) -> int:
 
 
 class QueueyDataSource(DataSource):
-    """``format("queuey")``: batch and streaming reads, batch writes."""
+    """``format("queuey")``: batch and streaming reads, batch writes.
+
+    ``min_partitions`` is the default of the ``minPartitions`` option;
+    :func:`register` sets it to twice the session's default parallelism.
+    """
+
+    min_partitions = DEFAULT_MIN_PARTITIONS
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return DEFAULT_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return QueueyReader(ReadOptions.parse(self.options), schema)
+        return QueueyReader(ReadOptions.parse(self.options, self.min_partitions), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return QueueyStreamReader(ReadOptions.parse(self.options), schema)
+        return QueueyStreamReader(ReadOptions.parse(self.options, self.min_partitions), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return QueueyWriter(self.options, schema, overwrite)
 
 
 def register(spark) -> None:
-    """Make ``format("queuey")`` available in ``spark`` (a SparkSession)."""
-    spark.dataSource.register(QueueyDataSource)
+    """Make ``format("queuey")`` available in ``spark`` (a SparkSession).
+
+    The registered class is a subclass made here, carrying the session's
+    parallelism as the ``minPartitions`` default: Spark runs data source code in
+    worker processes that cannot ask the session themselves, and the subclass
+    travels to them by value.
+    """
+    parallelism = spark.sparkContext.defaultParallelism
+    source = type(
+        "QueueyDataSource",
+        (QueueyDataSource,),
+        {"min_partitions": max(1, 2 * parallelism), "__module__": __name__},
+    )
+    spark.dataSource.register(source)
 
 
 # Re-exported for type checkers and docs.
@@ -744,5 +789,5 @@ __all__ = [
     "ReadOptions",
     "connection_from_options",
     "register",
-    "row_builder",
+    "batch_builder",
 ]

@@ -9,7 +9,6 @@ its connection for the reads that follow.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -49,6 +48,7 @@ def plan(
     until: TimeLike | None = None,
     now: TimeLike | None = None,
     slices_per_partition: int | None = None,
+    min_partitions: int | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
 ) -> list[Slice]:
     """The slices :func:`queue_rdd` would read (planned by a one-task-per-queue job)."""
@@ -56,14 +56,11 @@ def plan(
     if not names:
         raise ValueError("give at least one queue")
     now_micros = to_micros(now) if now is not None else SYSTEM_CLOCK.now_micros()
+    if min_partitions is None:
+        min_partitions = 2 * sc.defaultParallelism
     plans = []
     for name in names:
         wanted = partitions.get(name) if isinstance(partitions, Mapping) else partitions
-        per_partition = slices_per_partition
-        if per_partition is None:
-            # About two tasks per core, whatever the partition count.
-            spread = len(wanted) if wanted else 1
-            per_partition = max(1, math.ceil(2 * sc.defaultParallelism / spread))
         plans.append(
             Plan(
                 connection=connection,
@@ -73,7 +70,8 @@ def plan(
                 since_micros=to_micros(since) if since is not None else None,
                 until_micros=to_micros(until) if until is not None else None,
                 now_micros=now_micros,
-                slices_per_partition=per_partition,
+                slices_per_partition=slices_per_partition,
+                min_slices=min_partitions,
                 page_size=page_size,
             )
         )
@@ -91,6 +89,7 @@ def queue_rdd(
     until: TimeLike | None = None,
     now: TimeLike | None = None,
     slices_per_partition: int | None = None,
+    min_partitions: int | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
 ) -> RDD[QueueMessage]:
     """An RDD of the live messages of one or several queues.
@@ -105,7 +104,10 @@ def queue_rdd(
     ``now``: the instant expiry is judged at (default: now, on the driver).
     Messages newer than ``now`` minus the store's read delay are left out: they
     may not be final yet. ``slices_per_partition``: time slices each queue
-    partition is split into (default about two tasks per core).
+    partition is split into; by default each queue gets at least
+    ``min_partitions`` slices (default twice ``sc.defaultParallelism``) spread
+    over its partitions that hold messages. ``page_size``: rows per storage
+    read (or HTTP request, at most 1000).
 
     Within a Spark partition records are in id order; the RDD as a whole is not
     sorted.
@@ -120,6 +122,7 @@ def queue_rdd(
         until=until,
         now=now,
         slices_per_partition=slices_per_partition,
+        min_partitions=min_partitions,
         page_size=page_size,
     )
     if not pieces:

@@ -552,7 +552,12 @@ def plan_partition(
 
 @dataclass(frozen=True)
 class Plan:
-    """What to read of one queue: the request as given, before probing."""
+    """What to read of one queue: the request as given, before probing.
+
+    ``slices_per_partition`` fixes how many time slices each queue partition
+    is cut into; when it is None, enough slices are made for the queue to give
+    at least ``min_slices`` tasks, spread over the partitions that hold messages.
+    """
 
     connection: Connection
     application: str
@@ -561,7 +566,8 @@ class Plan:
     since_micros: int | None
     until_micros: int | None
     now_micros: int | None
-    slices_per_partition: int
+    slices_per_partition: int | None = None
+    min_slices: int = 1
     page_size: int = DEFAULT_PAGE_SIZE
 
 
@@ -583,8 +589,13 @@ def plan_slices(plan: Plan) -> list[Slice]:
     # ``until`` is inclusive for callers; storage bounds are exclusive.
     cutoff = now - source.read_delay_micros
     until = cutoff if plan.until_micros is None else min(plan.until_micros + 1, cutoff)
+    found = probe_bounds(source, meta, partitions, now, plan.since_micros, until)
+    per_partition = plan.slices_per_partition
+    if per_partition is None:
+        holding = sum(1 for b in found if b.first is not None)
+        per_partition = max(1, math.ceil(plan.min_slices / max(1, holding)))
     out: list[Slice] = []
-    for bounds in probe_bounds(source, meta, partitions, now, plan.since_micros, until):
+    for bounds in found:
         out += plan_partition(
             plan.connection,
             meta,
@@ -592,7 +603,7 @@ def plan_slices(plan: Plan) -> list[Slice]:
             now,
             plan.since_micros,
             until,
-            plan.slices_per_partition,
+            per_partition,
             plan.page_size,
         )
     return out
