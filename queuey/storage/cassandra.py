@@ -619,21 +619,46 @@ class CassandraStorage(Storage):
         rs = c.session.execute(stmt, execution_profile=P_META)
         return [_queue_from_row(row) for row in rs.current_rows]
 
+    def _compare_and_set(
+        self,
+        application: str,
+        name: str,
+        what: str,
+        change: Callable[[QueueMeta], QueueMeta],
+        execute: Callable[[_Connection, QueueMeta, QueueMeta], list],
+    ) -> QueueMeta:
+        """Read the queue row, apply ``change``, write it back only if unchanged (LWT).
+
+        Retries on a concurrent change; ``QueueNotFound`` if the row is gone.
+        """
+        c = self._connection()
+        for _ in range(10):
+            cur = self._read_queue(c, application, name)
+            new = change(cur)
+            applied, existed = _applied(execute(c, cur, new))
+            if applied:
+                return new
+            if not existed:
+                raise QueueNotFound(name)
+        raise StorageUnavailable(f"cassandra: {what}: too much contention")
+
     @_boundary("update queue")
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
         unknown = set(changes) - {"partitions", "ttl", "type", "consistency"}
         if unknown:
             raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
         changes = {key: value for key, value in changes.items() if value is not None}
-        c = self._connection()
-        for _ in range(10):
-            cur = self._read_queue(c, application, name)
+
+        def change(cur: QueueMeta) -> QueueMeta:
             new = replace(cur, **changes)
             if new.partitions < cur.partitions:
                 raise InvalidUpdate(
                     f"partitions can only grow ({cur.partitions} -> {new.partitions})"
                 )
-            rows = c.session.execute(
+            return new
+
+        def execute(c: _Connection, cur: QueueMeta, new: QueueMeta) -> list:
+            return c.session.execute(
                 c.st.update_queue,
                 (
                     new.partitions,
@@ -649,12 +674,8 @@ class CassandraStorage(Storage):
                 ),
                 execution_profile=P_META,
             ).all()
-            applied, existed = _applied(rows)
-            if applied:
-                return new
-            if not existed:
-                raise QueueNotFound(name)
-        raise StorageUnavailable("cassandra: update queue: too much contention")
+
+        return self._compare_and_set(application, name, "update queue", change, execute)
 
     @_boundary("delete queue")
     def delete_queue(self, application: str, name: str) -> None:
@@ -669,21 +690,20 @@ class CassandraStorage(Storage):
 
     @_boundary("purge queue")
     def purge_queue(self, application: str, name: str) -> QueueMeta:
-        c = self._connection()
-        for _ in range(10):
-            cur = self._read_queue(c, application, name)
-            new = replace(cur, incarnation=uuid.uuid4().hex)
-            rows = c.session.execute(
+        def execute(c: _Connection, cur: QueueMeta, new: QueueMeta) -> list:
+            return c.session.execute(
                 c.st.purge_queue,
                 (new.incarnation, application, name, cur.incarnation),
                 execution_profile=P_META,
             ).all()
-            applied, existed = _applied(rows)
-            if applied:
-                return new
-            if not existed:
-                raise QueueNotFound(name)
-        raise StorageUnavailable("cassandra: purge queue: too much contention")
+
+        return self._compare_and_set(
+            application,
+            name,
+            "purge queue",
+            lambda cur: replace(cur, incarnation=uuid.uuid4().hex),
+            execute,
+        )
 
     # -- messages ---------------------------------------------------------------
     def _bucket_of(self, c: _Connection, micros: int) -> int:

@@ -7,6 +7,7 @@ in its own application name, so backends can share one database.
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -199,6 +200,29 @@ class StorageContract:
         text = '{"emoji": "\\ud83d\\ude00 \u00e9", "nested": {"a": [1, 2.5, null]}}'
         self.put_text = storage.put_messages(queue, [NewMessage(text, 1, 60)])
         assert self.read(storage, queue, clock)[0].body == text
+
+    def test_threads_share_one_storage(self, storage, queue, clock):
+        """Waitress threads share one storage object: every write lands once, in order."""
+        errors: list[Exception] = []
+
+        def write(worker: int) -> None:
+            try:
+                for i in range(10):
+                    message = NewMessage('{"w": %d}' % worker, 1 + (worker + i) % 3, 600)
+                    storage.put_messages(queue, [message] * 2)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        got = self.read(storage, queue, clock, limit=1000)
+        assert len(got) == 120 and len({m.id for m in got}) == 120
+        keys = [ids.order_key(m.id) for m in got]
+        assert keys == sorted(keys, reverse=True)
 
     # -- checkpoints --------------------------------------------------------------
     def test_checkpoints(self, storage, queue, app):

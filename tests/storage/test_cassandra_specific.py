@@ -8,7 +8,6 @@ consistency level, so the tests check what Cassandra was actually asked.
 from __future__ import annotations
 
 import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -275,33 +274,6 @@ def test_a_batch_cassandra_refuses_stores_nothing(settings, queue, clock):
         assert len(storage.put_messages(queue, good)) == 3
     finally:
         storage.close()
-
-
-@pytest.mark.cassandra
-def test_threads_share_one_storage(store, queue, clock):
-    errors: list[Exception] = []
-
-    def write(worker: int) -> None:
-        try:
-            for i in range(10):
-                store.put_messages(
-                    queue, [NewMessage('{"w": %d}' % worker, 1 + (worker + i) % 3, 600)] * 2
-                )
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    got = store.read_messages(
-        queue, ReadQuery(partitions=[1, 2, 3], now_micros=clock.now_micros(), limit=1000)
-    )
-    assert len(got) == 120 and len({m.id for m in got}) == 120
-    keys = [ids.order_key(m.id) for m in got]
-    assert keys == sorted(keys, reverse=True)
 
 
 @pytest.mark.cassandra

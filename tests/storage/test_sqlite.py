@@ -1,5 +1,3 @@
-import threading
-
 import pytest
 
 from queuey.storage import NewMessage, QueueMeta, ReadQuery
@@ -47,29 +45,4 @@ def test_sweep_removes_expired_rows(tmp_path, clock):
     store.put_messages(queue, [NewMessage("{}", 1, 1), NewMessage("{}", 1, 100)])
     clock.advance(2)
     assert store.sweep_expired() == 1
-    store.close()
-
-
-def test_threads_share_one_store(tmp_path, clock):
-    store = SQLiteStorage(tmp_path / "db.sqlite3", clock)
-    queue = store.create_queue(QueueMeta(application="a", name="q", partitions=4))
-    errors = []
-
-    def write(worker):
-        try:
-            for i in range(25):
-                store.put_messages(queue, [NewMessage('{"w": %d}' % worker, i % 4 + 1, 60)])
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    got = store.read_messages(
-        queue, ReadQuery(partitions=[1, 2, 3, 4], now_micros=clock.now_micros(), limit=1000)
-    )
-    assert len(got) == 200
     store.close()
