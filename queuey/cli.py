@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from queuey.applications import generate_key
-from queuey.errors import ConfigurationError, QueueyError
+from queuey.clock import SYSTEM_CLOCK
+from queuey.errors import ConfigurationError, ServiceError
 from queuey.settings import load_settings
 
 
@@ -37,28 +38,28 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    """Create or upgrade the configured backend's schema.
+    """Create or upgrade the configured backend's schema, or show its version.
 
-    A backend module that needs a migration step offers ``upgrade_schema(settings)``
-    returning the steps it applied; others (SQLite) create their schema on open.
+    The contract with a backend module that has a schema to migrate: it offers
+    ``upgrade_schema(settings) -> list[str]`` (the steps applied, none when up to
+    date) and ``schema_version(settings) -> str`` (for people, e.g. ``"1 of 1"``).
+    A backend without them (SQLite) creates its schema when it is opened.
     """
     parsed = load_settings(_settings(args.config))
-    module = importlib.import_module(parsed.storage_backend)
+    backend = parsed.storage_backend
+    module = importlib.import_module(backend)
     upgrade = getattr(module, "upgrade_schema", None)
     if upgrade is None:
-        from queuey.clock import SYSTEM_CLOCK
-
         module.load_from_config(parsed.raw, SYSTEM_CLOCK).close()
-        print(f"{parsed.storage_backend}: schema ready")
+        print(f"{backend}: schema ready")
         return 0
     if args.action == "show":
-        version = getattr(module, "schema_version", None)
-        print(version(parsed.raw) if version else "unknown")
+        print(f"{backend}: schema version {module.schema_version(parsed.raw)}")
         return 0
     applied = upgrade(parsed.raw)
     for step in applied:
         print(f"applied: {step}")
-    print(f"{parsed.storage_backend}: schema up to date ({len(applied)} step(s) applied)")
+    print(f"{backend}: schema up to date ({len(applied)} step(s) applied)")
     return 0
 
 
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    except QueueyError as exc:
+    except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Protocol
 
+from queuey.ids import MICROS
+
 
 class Clock(Protocol):
     def now_micros(self) -> int:
@@ -36,7 +38,7 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         with self._lock:
-            self._now += int(round(seconds * 1_000_000))
+            self._now += int(round(seconds * MICROS))
 
     def set(self, micros: int) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ A message id is a version-1 (time-based) UUID whose 60-bit time field holds the
 message's timestamp at microsecond precision, so the timestamp can always be
 recovered from the id and orders the same way. Timestamps travel as integer
 microseconds inside the service; on the wire they are seconds with six decimals.
+Every conversion between microseconds and seconds or datetimes lives here.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 # 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
 _UUID_EPOCH_OFFSET = 0x01B21DD213814000
 MICROS = 1_000_000
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InvalidId(ValueError):
@@ -106,6 +109,23 @@ def seconds_to_micros(text: str | float | int) -> int:
     if not value.is_finite():
         raise ValueError(f"not a finite number: {text!r}")
     return int((value * MICROS).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def to_micros(value: float | int | str | Decimal | datetime) -> int:
+    """Seconds since the epoch (number, decimal text or aware datetime) as micros."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"a datetime bound must carry a time zone: {value!r}")
+        delta = value - _UNIX_EPOCH
+        return (delta.days * 86400 + delta.seconds) * MICROS + delta.microseconds
+    if isinstance(value, float):
+        return seconds_to_micros(repr(value))
+    return seconds_to_micros(value)
+
+
+def micros_to_datetime(micros: int) -> datetime:
+    """An aware UTC datetime, exact to the microsecond."""
+    return _UNIX_EPOCH + timedelta(microseconds=micros)
 
 
 def order_key(message_id: uuid.UUID) -> tuple[int, bytes]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from queuey import ids
+from queuey.coerce import as_list
 from queuey.errors import ConfigurationError
 
 T = TypeVar("T")
@@ -42,19 +44,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 def parse_networks(value: str) -> tuple[Network, ...]:
     """A comma or whitespace separated CIDR list (a bare address means /32 or /128)."""
-    items = [item for item in value.replace(",", " ").split() if item]
-    return tuple(ipaddress.ip_network(item, strict=False) for item in items)
-
-
-def parse_bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
+    return tuple(ipaddress.ip_network(item, strict=False) for item in as_list(value))
 
 
 @dataclass(frozen=True)
@@ -80,7 +70,7 @@ class Settings:
 
     @property
     def read_delay_micros(self) -> int:
-        return int(self.read_delay * 1_000_000)
+        return int(self.read_delay * ids.MICROS)
 
 
 def merged(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict:

@@ -13,14 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from queuey import ids
-from queuey.errors import QueueyError
+from queuey.coerce import as_bool
+from queuey.errors import ServiceError
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
 CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 ORDERS = ("descending", "ascending")
 
 
-class InvalidParameters(QueueyError):
+class InvalidParameters(ServiceError):
     """400: one entry per bad field."""
 
     def __init__(self, errors: Mapping[str, str]) -> None:
@@ -28,7 +29,7 @@ class InvalidParameters(QueueyError):
         self.errors = dict(errors)
 
 
-class PayloadTooLarge(QueueyError):
+class PayloadTooLarge(ServiceError):
     """413: the body or one message is over the configured limit."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -36,7 +37,7 @@ class PayloadTooLarge(QueueyError):
         self.field = field
 
 
-class NotJSON(QueueyError):
+class NotJSON(ServiceError):
     """415: the body is not JSON."""
 
 
@@ -151,16 +152,11 @@ class Params:
     def boolean(self, name: str, default: bool) -> bool:
         if not self.has(name):
             return default
-        value = self.source[name]
-        if isinstance(value, bool):
-            return value
-        lowered = str(value).lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        self._fail(name, "must be true or false")
-        return default
+        try:
+            return as_bool(self.source[name])
+        except ValueError:
+            self._fail(name, "must be true or false")
+            return default
 
     def message_id(self, name: str) -> uuid.UUID | None:
         if not self.has(name):
