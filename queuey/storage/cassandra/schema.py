@@ -1,6 +1,6 @@
-"""The Cassandra schema and its migrations.
+"""The Cassandra schema: its migrations, the upgrade and the version check.
 
-The schema is versioned: ``schema_version`` records each migration applied, so
+The schema is versioned: the ``schema_version`` table records each migration, so
 ``queuey schema upgrade`` is idempotent (a second run applies nothing) and a
 later release appends migrations instead of editing old ones. Statements use
 ``IF NOT EXISTS`` as well, so a migration interrupted half-way can be re-run.
@@ -21,12 +21,8 @@ from typing import Any
 
 from cassandra.cluster import Session
 
-from queuey.storage.cassandra import (
-    CassandraSettings,
-    build_cluster,
-    parse_settings,
-    unavailable,
-)
+from queuey.storage.cassandra.session import build_cluster, unavailable
+from queuey.storage.cassandra.settings import CassandraSettings, parse_settings
 
 log = logging.getLogger(__name__)
 
@@ -211,3 +207,13 @@ def schema_status(settings: Mapping[str, Any]) -> tuple[int, int]:
             return current_version(cluster.connect(), cfg.keyspace), LATEST_VERSION
     finally:
         cluster.shutdown()
+
+
+def schema_version(settings: Mapping[str, Any]) -> str:
+    """The configured keyspace's schema version for people, e.g. ``"1 of 1"``.
+
+    ``queuey schema show`` prints it; ``0 of N`` means the keyspace has no
+    Queuey schema yet.
+    """
+    applied, latest = schema_status(settings)
+    return f"{applied} of {latest}"

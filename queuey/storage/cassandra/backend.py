@@ -1,0 +1,397 @@
+"""The Cassandra backend: :class:`CassandraStorage` and ``load_from_config``.
+
+It owns the connection (opened on first use, refused for a moment after a
+failure), the queue rows (lightweight transactions), messages by id, and the
+consumers' checkpoints; it hands writes to :mod:`.writes` and reads to
+:mod:`.reads`. Every public method wraps driver errors into
+:class:`~queuey.errors.StorageUnavailable` (:func:`.session.boundary`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import astuple, replace
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType
+
+from queuey import ids
+from queuey.clock import Clock
+from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
+from queuey.storage import Message, MessageRef, NewMessage, QueueMeta, ReadQuery, Storage
+from queuey.storage.cassandra.reads import read_messages
+from queuey.storage.cassandra.schema import LATEST_VERSION, current_version, upgrade_with_config
+from queuey.storage.cassandra.session import (
+    P_META,
+    boundary,
+    build_cluster,
+    consistency_profile,
+    execute_all,
+    unavailable,
+)
+from queuey.storage.cassandra.settings import PREFIX, CassandraSettings, parse_settings
+from queuey.storage.cassandra.statements import Connection, Statements
+from queuey.storage.cassandra.writes import MessageWriter
+
+log = logging.getLogger(__name__)
+
+MICROS = ids.MICROS
+#: Seconds to answer "unavailable" at once after a failed connection attempt.
+RECONNECT_DELAY = 2.0
+
+
+def _queue_from_row(row: Sequence[Any]) -> QueueMeta:
+    app, name, partitions, ttl, qtype, consistency, created, incarnation = row
+    return QueueMeta(
+        application=app,
+        name=name,
+        partitions=partitions,
+        ttl=ttl,
+        type=qtype,
+        consistency=consistency,
+        created=created or 0,
+        incarnation=incarnation,
+    )
+
+
+def _applied(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool]:
+    """(applied, row existed) of a lightweight transaction's answer."""
+    row = rows[0]
+    return bool(row[0]), len(row) > 1
+
+
+def _stored_refs(refs: Sequence[MessageRef]) -> list[MessageRef]:
+    """``refs`` without repeats, and without ids no write of ours could have minted."""
+    return [r for r in dict.fromkeys(refs) if r.id.version == 1]
+
+
+class CassandraStorage(Storage):
+    """Queuey's storage on Apache Cassandra.
+
+    The connection is opened on first use (or by :meth:`connect`), so an API
+    node starts while Cassandra is down and answers 503 until it is back.
+    One instance is shared by the server's threads.
+    """
+
+    def __init__(self, config: CassandraSettings, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.write_timeout_seconds = config.request_timeout
+        self._max_ttl_micros = config.max_ttl * MICROS
+        self._writer = MessageWriter(config, clock)
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+        self._closed = False
+        self._retry_at = 0.0
+        self._last_failure = ""
+
+    # -- connection ---------------------------------------------------------
+    def connect(self) -> None:
+        """Open the connection and prepare statements now (idempotent)."""
+        self._connection()
+
+    def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None:
+            return conn
+        with self._lock:
+            if self._closed:
+                raise StorageUnavailable("cassandra: storage is closed")
+            if self._conn is None:
+                # After a failed attempt, fail fast for a while rather than have
+                # every request thread wait on its own connection attempt.
+                if time.monotonic() < self._retry_at:
+                    raise StorageUnavailable(f"{self._last_failure} (retrying soon)")
+                try:
+                    self._conn = self._open()
+                except StorageUnavailable as exc:
+                    self._retry_at = time.monotonic() + RECONNECT_DELAY
+                    self._last_failure = str(exc)
+                    raise
+            return self._conn
+
+    def _open(self) -> Connection:
+        cluster = build_cluster(self.config)
+        try:
+            with unavailable("connect"):
+                session = cluster.connect()
+                self._check_schema(session)
+                st = Statements(session, self.config.keyspace)
+                row = session.execute(st.storage_setting, ("bucket_seconds",)).one()
+        except BaseException:
+            cluster.shutdown()
+            raise
+        width = int(row[0]) if row else self.config.bucket_seconds
+        if width != self.config.bucket_seconds:
+            log.warning(
+                "cassandra: keyspace %s was created with %ss buckets; %s%s=%s is ignored",
+                self.config.keyspace,
+                width,
+                PREFIX,
+                "bucket_seconds",
+                self.config.bucket_seconds,
+            )
+        return Connection(cluster, session, st, width * MICROS)
+
+    def _check_schema(self, session: Session) -> None:
+        version = current_version(session, self.config.keyspace)
+        if version != LATEST_VERSION:
+            raise StorageUnavailable(
+                f"cassandra: keyspace {self.config.keyspace!r} has schema version {version}, "
+                f"this release needs {LATEST_VERSION}: run `queuey schema upgrade`"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.cluster.shutdown()
+
+    @property
+    def session(self) -> Session:
+        """The driver session (connecting if needed); for tools and tests."""
+        with unavailable("connect"):
+            return self._connection().session
+
+    @property
+    def bucket_micros(self) -> int:
+        with unavailable("connect"):
+            return self._connection().bucket_micros
+
+    # -- queues ---------------------------------------------------------------
+    @boundary("create queue")
+    def create_queue(self, meta: QueueMeta) -> QueueMeta:
+        if not meta.created:
+            meta = replace(meta, created=self.clock.now_micros())
+        c = self._connection()
+        rows = c.session.execute(
+            c.st.insert_queue,
+            astuple(meta),  # the columns are in QueueMeta's field order
+            execution_profile=P_META,
+        ).all()
+        applied, _ = _applied(rows)
+        if not applied:
+            raise QueueExists(meta.name)
+        return meta
+
+    def _read_queue(self, c: Connection, application: str, name: str) -> QueueMeta:
+        row = c.session.execute(
+            c.st.select_queue, (application, name), execution_profile=P_META
+        ).one()
+        if row is None:
+            raise QueueNotFound(name)
+        return _queue_from_row(row)
+
+    @boundary("get queue")
+    def get_queue(self, application: str, name: str) -> QueueMeta:
+        return self._read_queue(self._connection(), application, name)
+
+    @boundary("list queues")
+    def list_queues(
+        self, application: str, limit: int = 100, after: str | None = None
+    ) -> list[QueueMeta]:
+        if limit <= 0:
+            return []
+        c = self._connection()
+        stmt = c.st.list_queues.bind((application, after or "", limit))
+        stmt.fetch_size = limit
+        rs = c.session.execute(stmt, execution_profile=P_META)
+        return [_queue_from_row(row) for row in rs.current_rows]
+
+    def _compare_and_set(
+        self,
+        application: str,
+        name: str,
+        what: str,
+        change: Callable[[QueueMeta], QueueMeta],
+        execute: Callable[[Connection, QueueMeta, QueueMeta], list],
+    ) -> QueueMeta:
+        """Read the queue row, apply ``change``, write it back only if unchanged (LWT).
+
+        Retries on a concurrent change; ``QueueNotFound`` if the row is gone.
+        """
+        c = self._connection()
+        for _ in range(10):
+            cur = self._read_queue(c, application, name)
+            new = change(cur)
+            applied, existed = _applied(execute(c, cur, new))
+            if applied:
+                return new
+            if not existed:
+                raise QueueNotFound(name)
+        raise StorageUnavailable(f"cassandra: {what}: too much contention")
+
+    @boundary("update queue")
+    def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
+        unknown = set(changes) - {"partitions", "ttl", "type", "consistency"}
+        if unknown:
+            raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
+        changes = {key: value for key, value in changes.items() if value is not None}
+
+        def change(cur: QueueMeta) -> QueueMeta:
+            new = replace(cur, **changes)
+            if new.partitions < cur.partitions:
+                raise InvalidUpdate(
+                    f"partitions can only grow ({cur.partitions} -> {new.partitions})"
+                )
+            return new
+
+        def execute(c: Connection, cur: QueueMeta, new: QueueMeta) -> list:
+            return c.session.execute(
+                c.st.update_queue,
+                (
+                    new.partitions,
+                    new.ttl,
+                    new.type,
+                    new.consistency,
+                    application,
+                    name,
+                    cur.partitions,
+                    cur.ttl,
+                    cur.type,
+                    cur.consistency,
+                ),
+                execution_profile=P_META,
+            ).all()
+
+        return self._compare_and_set(application, name, "update queue", change, execute)
+
+    @boundary("delete queue")
+    def delete_queue(self, application: str, name: str) -> None:
+        c = self._connection()
+        rows = c.session.execute(
+            c.st.delete_queue, (application, name), execution_profile=P_META
+        ).all()
+        applied, _ = _applied(rows)
+        if not applied:
+            raise QueueNotFound(name)
+        c.session.execute(c.st.delete_checkpoints, (application, name), execution_profile=P_META)
+
+    @boundary("purge queue")
+    def purge_queue(self, application: str, name: str) -> QueueMeta:
+        def execute(c: Connection, cur: QueueMeta, new: QueueMeta) -> list:
+            return c.session.execute(
+                c.st.purge_queue,
+                (new.incarnation, application, name, cur.incarnation),
+                execution_profile=P_META,
+            ).all()
+
+        return self._compare_and_set(
+            application,
+            name,
+            "purge queue",
+            lambda cur: replace(cur, incarnation=uuid.uuid4().hex),
+            execute,
+        )
+
+    # -- messages ---------------------------------------------------------------
+    @boundary("put messages")
+    def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
+        if not messages:
+            return []
+        self._writer.check_ttls(messages)
+        return self._writer.put(self._connection(), queue, messages, self.write_timeout_seconds)
+
+    @boundary("read messages")
+    def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
+        if query.limit <= 0 or not query.partitions:
+            return []
+        return read_messages(self._connection(), queue, query, self._max_ttl_micros)
+
+    def _by_ref(
+        self, c: Connection, queue: QueueMeta, refs: Sequence[MessageRef], stmt: Any
+    ) -> list:
+        """Run ``stmt`` for every ref concurrently (results in ``refs`` order)."""
+        bound = [
+            stmt.bind((queue.incarnation, r.partition, c.bucket_of(ids.micros_of(r.id)), r.id))
+            for r in refs
+        ]
+        return execute_all(
+            c.session, bound, consistency_profile(queue), self.config.request_timeout
+        )
+
+    @boundary("get messages")
+    def get_messages(
+        self, queue: QueueMeta, refs: Sequence[MessageRef], now_micros: int
+    ) -> list[Message]:
+        refs = _stored_refs(refs)
+        if not refs:
+            return []
+        c = self._connection()
+        found: list[Message] = []
+        for ref, rs in zip(refs, self._by_ref(c, queue, refs, c.st.get_message), strict=True):
+            row = rs.one()
+            if row is not None and row[2] > now_micros:
+                found.append(
+                    Message(
+                        id=row[0],
+                        timestamp=ids.micros_of(row[0]),
+                        partition=ref.partition,
+                        body=row[1],
+                        expires=row[2],
+                    )
+                )
+        return found
+
+    @boundary("delete messages")
+    def delete_messages(self, queue: QueueMeta, refs: Sequence[MessageRef]) -> None:
+        refs = _stored_refs(refs)
+        if not refs:
+            return
+        c = self._connection()
+        self._by_ref(c, queue, refs, c.st.delete_message)
+
+    # -- checkpoints ------------------------------------------------------------
+    @boundary("get checkpoints")
+    def get_checkpoints(self, application: str, queue: str, consumer: str) -> dict[int, uuid.UUID]:
+        c = self._connection()
+        rows = c.session.execute(
+            c.st.get_checkpoints, (application, queue, consumer), execution_profile=P_META
+        )
+        return {partition: cid for partition, cid in rows}
+
+    @boundary("set checkpoints")
+    def set_checkpoints(
+        self, application: str, queue: str, consumer: str, checkpoints: Mapping[int, uuid.UUID]
+    ) -> None:
+        if not checkpoints:
+            return
+        c = self._connection()
+        # All rows share one Cassandra partition: an unlogged batch is atomic.
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for partition, cid in checkpoints.items():
+            batch.add(c.st.set_checkpoint, (application, queue, consumer, int(partition), cid))
+        c.session.execute(batch, execution_profile=P_META)
+
+    # -- operations ---------------------------------------------------------------
+    @boundary("ping")
+    def ping(self) -> None:
+        c = self._connection()
+        c.session.execute(c.st.ping, execution_profile=P_META)
+
+
+def load_from_config(settings: Mapping[str, Any], clock: Clock) -> CassandraStorage:
+    """Build the backend from ``queuey.cassandra.*`` settings.
+
+    With ``queuey.cassandra.create_schema = true`` (tests, development) the
+    schema is created or upgraded first; otherwise it must already be there
+    (``queuey schema upgrade``). A node that is down at start is not fatal:
+    the backend connects on first use and answers ``StorageUnavailable`` until then.
+    """
+    config = parse_settings(settings)
+    if config.create_schema:
+        applied = upgrade_with_config(config)
+        if applied:
+            log.info("cassandra: applied %d schema statements", len(applied))
+    storage = CassandraStorage(config, clock)
+    try:
+        storage.connect()
+    except StorageUnavailable as exc:
+        log.warning("cassandra: not connected at start (%s); will retry on first use", exc)
+    return storage

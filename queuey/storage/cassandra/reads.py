@@ -1,0 +1,209 @@
+"""Reading a queue's messages from Cassandra: the read plan and the
+per-partition reader.
+
+A read works out its bounds once (:class:`ReadPlan`), then walks each queue
+partition's bucket index and buckets in read order (:class:`PartitionReader`),
+all partitions concurrently, and merges them with
+:func:`queuey.storage.merge_partitions`. Only about one page per partition is
+held at a time, however many messages the buckets hold.
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cassandra.cluster import ResponseFuture
+from cassandra.query import BoundStatement
+
+from queuey import ids
+from queuey.storage import Message, QueueMeta, ReadQuery, merge_partitions
+from queuey.storage.cassandra.session import consistency_profile
+from queuey.storage.cassandra.statements import Connection
+
+#: The largest timestamp a version-1 id can carry (60-bit time field).
+MAX_MICROS = ((1 << 60) - 1 - 0x01B21DD213814000) // 10 - 2
+#: Bucket-index rows fetched per page.
+INDEX_PAGE = 64
+
+
+def read_messages(
+    c: Connection, queue: QueueMeta, query: ReadQuery, max_ttl_micros: int
+) -> list[Message]:
+    """Messages of ``query.partitions`` matching ``query``, merged by id order.
+
+    ``query`` asks for at least one message of at least one partition.
+    """
+    plan = ReadPlan.make(c, queue, query, max_ttl_micros)
+    if plan is None:
+        return []
+    readers = [PartitionReader(plan, p) for p in dict.fromkeys(query.partitions)]
+    for r in readers:  # every partition's bucket index, concurrently
+        r.start()
+    for r in readers:  # then every partition's first bucket, concurrently
+        r.prime()
+    return merge_partitions([r.messages() for r in readers], query.limit, plan.descending)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A read's bounds, worked out once for all its partitions."""
+
+    conn: Connection
+    profile: str
+    incarnation: str
+    descending: bool
+    now: int
+    after_id: uuid.UUID | None
+    lo_id: uuid.UUID  # inclusive
+    hi_id: uuid.UUID  # exclusive
+    lo_bucket: int
+    hi_bucket: int
+    page: int  # rows fetched per request for one partition
+
+    @classmethod
+    def make(
+        cls, c: Connection, queue: QueueMeta, q: ReadQuery, max_ttl_micros: int
+    ) -> ReadPlan | None:
+        """The plan, or ``None`` when the bounds leave nothing to read."""
+        # Older messages are expired whatever their TTL (TTLs are <= max_ttl):
+        # this also keeps reads away from expired bucket-index rows.
+        lo_ts = q.now_micros - max_ttl_micros + 1
+        if q.after_micros is not None:
+            lo_ts = max(lo_ts, q.after_micros + 1)
+        lo_id = ids.min_uuid(lo_ts)
+        if q.after_id is not None:
+            lo_ts = max(lo_ts, ids.micros_of(q.after_id))
+            if ids.order_key(q.after_id) > ids.order_key(lo_id):
+                lo_id = q.after_id  # exclusive: the row itself is skipped
+        hi_ts = MAX_MICROS if q.until_micros is None else min(q.until_micros, MAX_MICROS)
+        if hi_ts <= lo_ts:
+            return None
+        width = len(dict.fromkeys(q.partitions))
+        page = min(q.limit + 1, max(20, -(-2 * (q.limit + 1) // width)))
+        return cls(
+            conn=c,
+            profile=consistency_profile(queue),
+            incarnation=queue.incarnation,
+            descending=q.order == "descending",
+            now=q.now_micros,
+            after_id=q.after_id,
+            lo_id=lo_id,
+            hi_id=ids.min_uuid(hi_ts),
+            lo_bucket=lo_ts // c.bucket_micros,
+            hi_bucket=(hi_ts - 1) // c.bucket_micros,
+            page=page,
+        )
+
+
+class PartitionReader:
+    """Walks one queue partition's buckets in read order, a page at a time.
+
+    Holds at most one page of the bucket index and one page of messages, so
+    a read never keeps more than about the page it answers.
+    """
+
+    def __init__(self, plan: ReadPlan, partition: int) -> None:
+        self.plan = plan
+        self.partition = partition
+        st = plan.conn.st
+        self._index_stmt = st.buckets_desc if plan.descending else st.buckets_asc
+        self._msg_stmt = st.messages_desc if plan.descending else st.messages_asc
+        # (bucket, lowest live id in it) ready to read, in read order
+        self._buckets: collections.deque[tuple[int, uuid.UUID]] = collections.deque()
+        self._current: list[int] | None = None  # [bucket, longest TTL] still collecting
+        self._index_bound: BoundStatement | None = None
+        self._index_future: ResponseFuture | None = None
+        self._index_state: bytes | None = None
+        self._index_done = False
+        self._msg_future: ResponseFuture | None = None
+        self._bucket: tuple[int, uuid.UUID] | None = None
+
+    def _send(self, stmt: BoundStatement, paging_state: bytes | None = None) -> ResponseFuture:
+        return self.plan.conn.session.execute_async(
+            stmt, execution_profile=self.plan.profile, paging_state=paging_state
+        )
+
+    def start(self) -> None:
+        p = self.plan
+        self._index_bound = self._index_stmt.bind(
+            (p.incarnation, self.partition, p.lo_bucket, p.hi_bucket)
+        )
+        self._index_bound.fetch_size = INDEX_PAGE
+        self._index_future = self._send(self._index_bound)
+
+    def _close_bucket(self) -> None:
+        """Queue the bucket collected so far, unless all its messages have expired."""
+        if self._current is None:
+            return
+        bucket, longest_ttl = self._current
+        self._current = None
+        p = self.plan
+        # Messages stamped before this have expired whatever their TTL: start
+        # the slice after them rather than read their expired cells.
+        live_from = p.now - longest_ttl * ids.MICROS + 1
+        if live_from >= (bucket + 1) * p.conn.bucket_micros:
+            return
+        lo = ids.min_uuid(live_from)
+        if ids.order_key(p.lo_id) > ids.order_key(lo):
+            lo = p.lo_id
+        self._buckets.append((bucket, lo))
+
+    def _more_buckets(self) -> bool:
+        """Refill the bucket queue from the index; False when it is exhausted."""
+        while not self._buckets:
+            if self._index_future is None:
+                if self._index_done or self._index_bound is None:
+                    self._close_bucket()
+                    return bool(self._buckets)
+                self._index_future = self._send(self._index_bound, self._index_state)
+            rs = self._index_future.result()
+            self._index_future = None
+            for bucket, ttl in rs.current_rows:
+                if self._current is not None and self._current[0] == bucket:
+                    self._current[1] = max(self._current[1], ttl)
+                else:
+                    self._close_bucket()
+                    self._current = [bucket, ttl]
+            self._index_state = rs.paging_state
+            self._index_done = self._index_state is None
+        return True
+
+    def _query_bucket(self, paging_state: bytes | None = None) -> ResponseFuture:
+        assert self._bucket is not None
+        p = self.plan
+        bucket, lo = self._bucket
+        bound = self._msg_stmt.bind((p.incarnation, self.partition, bucket, lo, p.hi_id))
+        bound.fetch_size = p.page
+        return self._send(bound, paging_state)
+
+    def prime(self) -> None:
+        """Send the first bucket's query (after :meth:`start`)."""
+        if self._msg_future is None and self._more_buckets():
+            self._bucket = self._buckets.popleft()
+            self._msg_future = self._query_bucket()
+
+    def messages(self) -> Iterator[Message]:
+        p = self.plan
+        while True:
+            if self._msg_future is None:
+                if not self._more_buckets():
+                    return
+                self._bucket = self._buckets.popleft()
+                self._msg_future = self._query_bucket()
+            rs = self._msg_future.result()
+            self._msg_future = None
+            state = rs.paging_state
+            for mid, body, expires in rs.current_rows:
+                if expires > p.now and mid != p.after_id:
+                    yield Message(
+                        id=mid,
+                        timestamp=ids.micros_of(mid),
+                        partition=self.partition,
+                        body=body,
+                        expires=expires,
+                    )
+            if state is not None:
+                self._msg_future = self._query_bucket(state)

@@ -1,0 +1,20 @@
+"""The shared storage contract on the real Cassandra node."""
+
+from __future__ import annotations
+
+import pytest
+
+from queuey.storage.cassandra import load_from_config
+from tests.storage.contract import StorageContract
+
+
+@pytest.mark.cassandra
+class TestCassandraContract(StorageContract):
+    """The storage contract on the real node; a fresh storage object (and id
+    generator) per test so each test's ManualClock mints its ids."""
+
+    @pytest.fixture
+    def storage(self, cassandra_settings, clock):
+        store = load_from_config(cassandra_settings, clock)
+        yield store
+        store.close()
