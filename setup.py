@@ -53,7 +53,7 @@ setup(
         "paste.app_factory": ["main = queuey:main"],
         "console_scripts": [
             "queuey = queuey.cli:main",
-            "queuey-worker = queuey.client.worker:main",
+            "queuey-worker = queuey.client.worker.cli:main",
         ],
     },
     classifiers=[

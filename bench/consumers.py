@@ -39,8 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import free_port, wait_http  # noqa: E402
-from queuey.client import OutgoingMessage, QueueyClient  # noqa: E402
-from queuey.client.group import Checkpoint  # noqa: E402
+from queuey.client import Checkpoint, OutgoingMessage, QueueyClient  # noqa: E402
 
 APP, KEY = "bench", "bench-key"
 PARTITIONS = 16

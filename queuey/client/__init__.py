@@ -1,39 +1,40 @@
 """The Queuey client library: the HTTP client, consumer groups and the worker.
 
-``QueueyClient`` talks to the HTTP API; ``ConsumerGroup`` divides a group's
-queue partitions among its live members through ZooKeeper and keeps each
-partition's checkpoint there; ``Worker`` runs a job over the partitions its
-member owns (``queuey-worker -c worker.ini``).
+``QueueyClient`` talks to the HTTP API (:mod:`~queuey.client.http`, its
+retries in :mod:`~queuey.client.retry`, its answers in
+:mod:`~queuey.client.models` and :mod:`~queuey.client.errors`);
+``ConsumerGroup`` divides a group's queue partitions among its live members
+through ZooKeeper and keeps each partition's checkpoint there
+(:mod:`~queuey.client.group`, with :mod:`~queuey.client.member`,
+:mod:`~queuey.client.assignment`, :mod:`~queuey.client.lease`,
+:mod:`~queuey.client.checkpoint` and :mod:`~queuey.client.discovery`);
+``Worker`` runs a job over the partitions its member owns
+(:mod:`queuey.client.worker`, ``queuey-worker -c worker.ini``).
 """
 
 from queuey.client.assignment import assign
-from queuey.client.group import (
-    Checkpoint,
-    ConsumerGroup,
-    GroupStats,
-    PartitionLease,
-    QueueDiscovery,
-)
-from queuey.client.http import (
+from queuey.client.checkpoint import Checkpoint
+from queuey.client.discovery import QueueDiscovery
+from queuey.client.errors import (
     BadRequest,
+    ClientError,
     Conflict,
     Forbidden,
     NotFound,
-    OutgoingMessage,
-    PostedMessage,
-    QueueInfo,
-    QueueyClient,
-    QueueyError,
-    ReceivedMessage,
     TooLarge,
     Unauthorized,
     Unavailable,
 )
+from queuey.client.group import ConsumerGroup, GroupStats
+from queuey.client.http import QueueyClient
+from queuey.client.lease import PartitionLease
+from queuey.client.models import OutgoingMessage, PostedMessage, QueueInfo, ReceivedMessage
 from queuey.client.worker import Worker, WorkerConfig, WorkerStats
 
 __all__ = [
     "BadRequest",
     "Checkpoint",
+    "ClientError",
     "Conflict",
     "ConsumerGroup",
     "Forbidden",
@@ -45,7 +46,6 @@ __all__ = [
     "QueueDiscovery",
     "QueueInfo",
     "QueueyClient",
-    "QueueyError",
     "ReceivedMessage",
     "TooLarge",
     "Unauthorized",

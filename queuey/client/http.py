@@ -1,28 +1,22 @@
-"""A Python client for the Queuey HTTP API (v1).
+"""The HTTP client: one object per application, talking to one or more API nodes.
 
-One :class:`QueueyClient` holds a pooled :class:`requests.Session` and a list
-of API node URLs. Each request has its own timeout; failures that are safe to
-retry are retried with exponential backoff and full jitter, moving on to the
-next URL each time (fail-over):
+:class:`QueueyClient` holds a pooled :class:`requests.Session` and a list of
+API node URLs. Each request has its own timeout. On one node, calls are retried
+by urllib3 as :mod:`queuey.client.retry` describes (503 for every method;
+errors after sending only for idempotent methods). On top of that the client
+fails over: when a node cannot be reached at all (nothing was sent), it waits
+(full jitter) and moves on to the next URL, for every method, at most
+``retries`` times per call; it then stays on the node that answered.
 
-* every request is retried on ``503`` (the service says it did nothing and
-  tells how long to wait in ``Retry-After``) and when the connection could not
-  be made (the request never left this process);
-* idempotent requests (``GET``, ``PUT``, ``DELETE``) are also retried after a
-  read timeout or a dropped connection. ``POST`` is not: the message may have
-  been stored, and posting it again would duplicate it.
-
-Every error answer becomes a typed exception carrying the server's
-``error_msg`` dict.
+Every error answer becomes a typed :class:`~queuey.client.errors.ClientError`
+carrying the server's ``error_msg`` dict.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
@@ -31,165 +25,20 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
+from queuey.client.errors import ClientError, Unavailable, error_for_status
+from queuey.client.models import (
+    OutgoingMessage,
+    PostedMessage,
+    QueueInfo,
+    ReceivedMessage,
+    given,
+    timestamp_param,
+)
+from queuey.client.retry import IDEMPOTENT, ClientRetry, full_jitter
+from queuey.coerce import as_list
+from queuey.limits import DEFAULT_READ, MAX_READ
+
 log = logging.getLogger(__name__)
-
-IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-MAX_READ_LIMIT = 1000
-
-
-# ------------------------------------------------------------------ errors
-
-
-class QueueyError(Exception):
-    """Base of every error the client raises.
-
-    ``status`` is the HTTP status (None when no answer came) and ``error_msg``
-    the server's ``{"field or reason": "message"}`` dict.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        error_msg: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_msg: dict[str, str] = dict(error_msg or {})
-
-
-class BadRequest(QueueyError):
-    """400: one or more parameters are invalid; ``error_msg`` names each."""
-
-
-class Unauthorized(QueueyError):
-    """401: unknown application or wrong/missing key."""
-
-
-class Forbidden(QueueyError):
-    """403: the key is right but this address is not allowed."""
-
-
-class NotFound(QueueyError):
-    """404: no such queue or message."""
-
-
-class Conflict(QueueyError):
-    """409: the queue exists already."""
-
-
-class TooLarge(QueueyError):
-    """413: the body or a message is larger than the service accepts."""
-
-
-class Unavailable(QueueyError):
-    """503 after every retry, or no API node could be reached."""
-
-
-_BY_STATUS: dict[int, type[QueueyError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: TooLarge,
-    503: Unavailable,
-}
-
-
-# ------------------------------------------------------------ value objects
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's metadata. ``created`` is seconds since the epoch."""
-
-    name: str
-    partitions: int
-    created: float
-    type: str
-    ttl: int
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueInfo:
-        return cls(
-            name=data["queue_name"],
-            partitions=int(data["partitions"]),
-            created=data.get("created", 0),
-            type=data.get("type", "public"),
-            ttl=data.get("ttl"),
-        )
-
-
-@dataclass(frozen=True)
-class PostedMessage:
-    """Where a posted message was stored."""
-
-    message_id: str
-    timestamp: float
-    partition: int
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PostedMessage:
-        return cls(data["message_id"], data["timestamp"], int(data["partition"]))
-
-
-@dataclass(frozen=True)
-class OutgoingMessage:
-    """A message for :meth:`QueueyClient.post_batch`."""
-
-    body: dict
-    partition: int | None = None
-    partition_key: str | None = None
-    ttl: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"body": self.body}
-        if self.partition is not None:
-            entry["partition"] = self.partition
-        if self.partition_key is not None:
-            entry["partition_key"] = self.partition_key
-        if self.ttl is not None:
-            entry["ttl"] = self.ttl
-        return entry
-
-
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """A message as read from a queue."""
-
-    message_id: str
-    timestamp: float
-    partition: int
-    body: dict
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReceivedMessage:
-        return cls(data["message_id"], data["timestamp"], int(data["partition"]), data["body"])
-
-    @property
-    def ref(self) -> str:
-        """``partition:message_id``, as :meth:`QueueyClient.get_messages` takes it."""
-        return f"{self.partition}:{self.message_id}"
-
-
-def timestamp_param(value: float | int | str | Decimal) -> str:
-    """A timestamp as the exact decimal text ``since_timestamp`` expects.
-
-    A float's ``repr`` is the shortest text that reads back as the same
-    double, which for a timestamp from the service is its 6-decimal value.
-    """
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-# ------------------------------------------------------------------ client
-
-
-class _NotSent(Exception):
-    """The connection failed before the request was sent."""
 
 
 class QueueyClient:
@@ -198,7 +47,8 @@ class QueueyClient:
     ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a
     list); requests start at the first and move to the next on failure.
     ``key``: the application key, needed for every method but reads of
-    public queues. ``retries``: how many times one call is retried.
+    public queues. ``retries``: how many times one call is retried on a node,
+    and how many times it fails over (:mod:`queuey.client.retry`).
     """
 
     def __init__(
@@ -213,7 +63,7 @@ class QueueyClient:
         max_backoff: float = 5.0,
     ) -> None:
         if isinstance(urls, str):
-            urls = [u for u in (part.strip() for part in urls.split(",")) if u]
+            urls = as_list(urls)
         self.urls = [u.rstrip("/") for u in urls]
         if not self.urls:
             raise ValueError("QueueyClient needs at least one URL")
@@ -226,7 +76,8 @@ class QueueyClient:
         self._current = 0
         self._sleep = time.sleep
         self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
+        retry = ClientRetry.policy(self.retries, backoff, max_backoff, pause=self._pause)
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=retry)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers["X-Application-Name"] = application
@@ -256,31 +107,21 @@ class QueueyClient:
         type: str | None = None,
     ) -> QueueInfo:
         """Create a queue (``Conflict`` if the name exists)."""
-        params: dict[str, Any] = {"partitions": partitions}
-        if name is not None:
-            params["queue_name"] = name
-        if ttl is not None:
-            params["ttl"] = ttl
-        if type is not None:
-            params["type"] = type
+        params = given(partitions=partitions, queue_name=name, ttl=ttl, type=type)
         return QueueInfo.from_json(self._request("POST", "/queue", json=params))
 
     def queue_info(self, name: str) -> QueueInfo:
         return QueueInfo.from_json(self._request("GET", f"/queue/{_q(name)}/info"))
 
     def list_queues(
-        self, limit: int = 100, offset: str | None = None, details: bool = False
+        self, limit: int = DEFAULT_READ, offset: str | None = None, details: bool = False
     ) -> list[QueueInfo | str]:
         """The application's queues by name, starting after ``offset``."""
-        params: dict[str, Any] = {"limit": limit}
-        if offset is not None:
-            params["offset"] = offset
-        if details:
-            params["details"] = "true"
+        params = given(limit=limit, offset=offset, details="true" if details else None)
         data = self._request("GET", "/queue", params=params)
         return [q if isinstance(q, str) else QueueInfo.from_json(q) for q in data["queues"]]
 
-    def iter_queues(self, page_size: int = 100) -> Iterator[QueueInfo]:
+    def iter_queues(self, page_size: int = DEFAULT_READ) -> Iterator[QueueInfo]:
         """Every queue of the application, paging through :meth:`list_queues`."""
         offset = None
         while True:
@@ -298,13 +139,7 @@ class QueueyClient:
         ttl: int | None = None,
         type: str | None = None,
     ) -> QueueInfo:
-        params: dict[str, Any] = {}
-        if partitions is not None:
-            params["partitions"] = partitions
-        if ttl is not None:
-            params["ttl"] = ttl
-        if type is not None:
-            params["type"] = type
+        params = given(partitions=partitions, ttl=ttl, type=type)
         return QueueInfo.from_json(self._request("PUT", f"/queue/{_q(name)}", json=params))
 
     def delete_queue(self, name: str, delete: bool = True) -> None:
@@ -323,13 +158,7 @@ class QueueyClient:
         ttl: int | None = None,
     ) -> PostedMessage:
         """Add one message (a JSON object) to a queue."""
-        params: dict[str, Any] = {}
-        if partition is not None:
-            params["partition"] = partition
-        if partition_key is not None:
-            params["partition_key"] = partition_key
-        if ttl is not None:
-            params["ttl"] = ttl
+        params = given(partition=partition, partition_key=partition_key, ttl=ttl)
         data = self._request("POST", f"/queue/{_q(name)}", params=params, json=body)
         return PostedMessage.from_json(data["messages"][0])
 
@@ -349,18 +178,18 @@ class QueueyClient:
         name: str,
         since: str | None = None,
         since_timestamp: float | str | Decimal | None = None,
-        limit: int = 100,
+        limit: int = DEFAULT_READ,
         order: str = "descending",
         partitions: Sequence[int] | None = None,
     ) -> list[ReceivedMessage]:
         """Messages strictly after ``since`` (an id) / ``since_timestamp``."""
-        params: dict[str, Any] = {"limit": limit, "order": order}
-        if since is not None:
-            params["since"] = since
-        if since_timestamp is not None:
-            params["since_timestamp"] = timestamp_param(since_timestamp)
-        if partitions:
-            params["partitions"] = ",".join(str(p) for p in partitions)
+        params = given(
+            limit=limit,
+            order=order,
+            since=since,
+            since_timestamp=None if since_timestamp is None else timestamp_param(since_timestamp),
+            partitions=",".join(str(p) for p in partitions) if partitions else None,
+        )
         data = self._request("GET", f"/queue/{_q(name)}", params=params)
         return [ReceivedMessage.from_json(m) for m in data["messages"]]
 
@@ -370,14 +199,14 @@ class QueueyClient:
         partitions: Sequence[int] | None = None,
         since: str | None = None,
         since_timestamp: float | str | Decimal | None = None,
-        page_size: int = 1000,
+        page_size: int = MAX_READ,
     ) -> Iterator[ReceivedMessage]:
         """Every message from the start (or the bound given), oldest first.
 
         Pages forward with ``since=<last id seen>``, which never skips a message
         (invariant 2). Stops at the first page shorter than ``page_size``.
         """
-        page_size = min(page_size, MAX_READ_LIMIT)
+        page_size = min(page_size, MAX_READ)
         while True:
             page = self.read(
                 name,
@@ -422,6 +251,14 @@ class QueueyClient:
 
     # ----------------------------------------------------------- plumbing
 
+    def _pause(self, seconds: float) -> None:
+        """Wait before a retry or a fail-over.
+
+        ``_sleep`` is looked up at each call, so it may be replaced on a client
+        already built (the tests measure the waits that way).
+        """
+        self._sleep(seconds)
+
     def _request(
         self,
         method: str,
@@ -430,60 +267,34 @@ class QueueyClient:
         params: Mapping[str, Any] | None = None,
         json: Any = None,
     ) -> dict:
-        """Send one call, retrying and failing over as the module doc says."""
-        idempotent = method in IDEMPOTENT
+        """Send one call, failing over to the next node while none can be reached."""
         attempt = 0
         while True:
             base = self.urls[self._current % len(self.urls)]
-            retry_after: float | None = None
             try:
-                try:
-                    response = self.session.request(
-                        method, base + path, params=params, json=json, timeout=self.timeout
-                    )
-                except requests.ConnectionError as exc:
-                    if _never_sent(exc):
-                        raise _NotSent(str(exc)) from exc
-                    raise
-            except _NotSent as exc:
-                failure: Exception = exc
-                reason = f"cannot connect to {base}"
+                response = self.session.request(
+                    method, base + path, params=params, json=json, timeout=self.timeout
+                )
             except (requests.Timeout, requests.ConnectionError) as exc:
-                if not idempotent:
-                    raise Unavailable(
-                        f"{method} {path}: {exc.__class__.__name__} after the request was "
-                        "sent; not retried since it may have taken effect"
-                    ) from exc
-                failure = exc
-                reason = f"{exc.__class__.__name__} from {base}"
+                if not _never_sent(exc):
+                    raise _sent_and_failed(method, path, base, exc) from exc
+                if attempt >= self.retries:
+                    raise Unavailable(f"{method} {path}: cannot connect to {base} ({exc})") from exc
             else:
-                if response.status_code != 503:
-                    return _decode(method, path, response)
-                failure = _error(method, path, response)
-                retry_after = _retry_after(response)
-                reason = f"503 from {base}"
-            if attempt >= self.retries:
-                if isinstance(failure, QueueyError):
-                    raise failure
-                raise Unavailable(f"{method} {path}: {reason} ({failure})") from failure
+                return _decode(method, path, response)
             self._current += 1  # fail over to the next node
-            delay = self._delay(attempt, retry_after)
+            delay = full_jitter(attempt, self.backoff, self.max_backoff)
             log.warning(
-                "%s %s: %s; retry %d/%d in %.2fs",
+                "%s %s: cannot connect to %s; retry %d/%d in %.2fs",
                 method,
                 path,
-                reason,
+                base,
                 attempt + 1,
                 self.retries,
                 delay,
             )
-            self._sleep(delay)
+            self._pause(delay)
             attempt += 1
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(self.max_backoff, max(0.0, retry_after))
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
 
 def _q(segment: str) -> str:
@@ -494,7 +305,7 @@ def _refs(refs: Sequence[str]) -> str:
     return ",".join(quote(str(r), safe=":") for r in refs)
 
 
-def _never_sent(exc: requests.ConnectionError) -> bool:
+def _never_sent(exc: requests.RequestException) -> bool:
     """True if the connection failed before any byte of the request was sent."""
     if isinstance(exc, requests.ConnectTimeout):
         return True
@@ -511,14 +322,16 @@ def _never_sent(exc: requests.ConnectionError) -> bool:
     return False
 
 
-def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
+def _sent_and_failed(
+    method: str, path: str, base: str, exc: requests.RequestException
+) -> Unavailable:
+    """The error for a call whose answer never came; urllib3 retried it if it could."""
+    if method not in IDEMPOTENT:
+        return Unavailable(
+            f"{method} {path}: {exc.__class__.__name__} after the request was "
+            "sent; not retried since it may have taken effect"
+        )
+    return Unavailable(f"{method} {path}: {exc.__class__.__name__} from {base} ({exc})")
 
 
 def _decode(method: str, path: str, response: requests.Response) -> dict:
@@ -527,19 +340,19 @@ def _decode(method: str, path: str, response: requests.Response) -> dict:
     try:
         data = response.json()
     except ValueError as exc:
-        raise QueueyError(
+        raise ClientError(
             f"{method} {path}: answer is not JSON (HTTP {response.status_code})",
             status=response.status_code,
         ) from exc
     if not isinstance(data, dict) or data.get("status") != "ok":
-        raise QueueyError(
+        raise ClientError(
             f"{method} {path}: unexpected answer {str(data)[:200]!r}",
             status=response.status_code,
         )
     return data
 
 
-def _error(method: str, path: str, response: requests.Response) -> QueueyError:
+def _error(method: str, path: str, response: requests.Response) -> ClientError:
     error_msg: dict[str, str] = {}
     try:
         data = response.json()
@@ -547,7 +360,7 @@ def _error(method: str, path: str, response: requests.Response) -> QueueyError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error_msg"), dict):
         error_msg = {str(k): str(v) for k, v in data["error_msg"].items()}
-    cls = _BY_STATUS.get(response.status_code, QueueyError)
+    cls = error_for_status(response.status_code)
     detail = "; ".join(f"{k}: {v}" for k, v in error_msg.items()) or response.reason
     return cls(
         f"{method} {path}: HTTP {response.status_code}: {detail}",

@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from queuey.client import ConsumerGroup, QueueyClient, ReceivedMessage, Worker, WorkerConfig
+from queuey.client import (
+    ConsumerGroup,
+    OutgoingMessage,
+    QueueyClient,
+    ReceivedMessage,
+    Worker,
+    WorkerConfig,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -259,8 +266,6 @@ def owners(zk: KazooClient, queue: str, group: str = "testers", root="/queuey/gr
 
 def post_numbered(client: QueueyClient, queue: str, start: int, count: int, partitions: int):
     """Post crash reports numbered start..start+count-1, spread over every partition."""
-    from queuey.client import OutgoingMessage
-
     posted = []
     for offset in range(0, count, 100):  # bodies under 10 KiB (see the report on webob tempfiles)
         batch = [

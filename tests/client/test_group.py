@@ -13,7 +13,7 @@ import pytest
 from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.connection import _CONNECTION_DROP
 
-from queuey.client.group import Checkpoint, ConsumerGroup, PartitionLease
+from queuey.client import Checkpoint, ConsumerGroup, PartitionLease
 from tests.client.conftest import REBALANCE_TIMEOUT, SESSION_TIMEOUT, owners
 from tests.support import wait_until
 

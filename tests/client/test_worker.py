@@ -11,8 +11,7 @@ from collections import Counter
 
 import pytest
 
-from queuey.client import OutgoingMessage, QueueyClient, WorkerConfig
-from queuey.client.group import Checkpoint
+from queuey.client import Checkpoint, OutgoingMessage, QueueyClient, WorkerConfig
 from queuey.errors import ConfigurationError
 from tests.client.conftest import (
     REBALANCE_TIMEOUT,

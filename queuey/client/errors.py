@@ -1,0 +1,75 @@
+"""The client library's error types, one per kind of answer.
+
+Every error the client raises derives from :class:`ClientError`, which carries
+the HTTP status (``None`` when no answer came) and the server's ``error_msg``
+dict. They are unrelated to the service's own :class:`queuey.errors.ServiceError`:
+the service raises those to *make* an answer, the client raises these when it
+*receives* one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class ClientError(Exception):
+    """Base of every error the client raises.
+
+    ``status`` is the HTTP status (None when no answer came) and ``error_msg``
+    the server's ``{"field or reason": "message"}`` dict.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_msg: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_msg: dict[str, str] = dict(error_msg or {})
+
+
+class BadRequest(ClientError):
+    """400: one or more parameters are invalid; ``error_msg`` names each."""
+
+
+class Unauthorized(ClientError):
+    """401: unknown application or wrong/missing key."""
+
+
+class Forbidden(ClientError):
+    """403: the key is right but this address is not allowed."""
+
+
+class NotFound(ClientError):
+    """404: no such queue or message."""
+
+
+class Conflict(ClientError):
+    """409: the queue exists already."""
+
+
+class TooLarge(ClientError):
+    """413: the body or a message is larger than the service accepts."""
+
+
+class Unavailable(ClientError):
+    """503 after every retry, or no API node could be reached."""
+
+
+_BY_STATUS: dict[int, type[ClientError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    503: Unavailable,
+}
+
+
+def error_for_status(status: int) -> type[ClientError]:
+    """The error type of an HTTP error status (:class:`ClientError` if it has none)."""
+    return _BY_STATUS.get(status, ClientError)

@@ -1,0 +1,137 @@
+"""When and how long the client waits before sending a call again.
+
+Retries on one API node are urllib3's: :class:`ClientRetry` is the
+:class:`urllib3.util.retry.Retry` mounted on the client's
+:class:`requests.adapters.HTTPAdapter`, so they happen inside one
+``session.request``. The client adds only the fail-over across nodes on top
+(:mod:`queuey.client.http`). The rules:
+
+* ``503`` is retried for every method: the service says it did nothing. The
+  wait is the answer's ``Retry-After`` (seconds), capped at ``max_backoff``.
+* An error once the connection was made (a read timeout, a dropped
+  connection) is retried only for idempotent methods (``GET``, ``HEAD``,
+  ``PUT``, ``DELETE``, ``OPTIONS``). ``POST`` is not: the message may have been
+  stored, and posting it again would duplicate it.
+* A connection that could not be made (refused, connect timeout: nothing was
+  sent) is not retried here (``connect=0``) but surfaces at once, and the
+  client fails over to the next node, for every method.
+* Other answers, ``4xx`` included, are never retried.
+
+Without ``Retry-After``, the wait before retry number ``n`` (from 0) is full
+jitter: uniform in ``[0, min(max_backoff, backoff * 2**n)]`` (:func:`full_jitter`,
+also used between fail-overs). Every wait goes through the ``pause``
+callable, so a client can measure or shorten them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from urllib3.response import BaseHTTPResponse
+from urllib3.util.retry import Retry
+
+log = logging.getLogger(__name__)
+
+#: Methods that may be sent twice with the effect of once.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+#: Statuses retried for every method.
+RETRY_STATUSES = frozenset({503})
+
+
+def full_jitter(attempt: int, backoff: float, max_backoff: float) -> float:
+    """The wait before retry ``attempt`` (0 for the first) when the server named none."""
+    return random.uniform(0, min(max_backoff, backoff * 2**attempt))
+
+
+class ClientRetry(Retry):
+    """urllib3's retry state with the client's rules (see the module doc).
+
+    ``pause`` is called with every wait instead of :func:`time.sleep`.
+    """
+
+    def __init__(self, *args: Any, pause: Callable[[float], None] = time.sleep, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pause = pause
+
+    @classmethod
+    def policy(
+        cls, retries: int, backoff: float, max_backoff: float, pause: Callable[[float], None]
+    ) -> ClientRetry:
+        """The policy of a client making ``retries`` retries per call."""
+        return cls(
+            total=retries,
+            connect=0,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=IDEMPOTENT,
+            backoff_factor=backoff,
+            backoff_max=max_backoff,
+            raise_on_status=False,
+            respect_retry_after_header=True,
+            pause=pause,
+        )
+
+    def new(self, **kwargs: Any) -> ClientRetry:
+        return super().new(pause=self.pause, **kwargs)
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        """Retry a listed status whatever the method (``allowed_methods`` gates errors only)."""
+        return status_code in self.status_forcelist
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> ClientRetry:
+        """Like urllib3's, but any error after connecting is re-raised for a non-idempotent call.
+
+        urllib3 gates only read errors by ``allowed_methods``; others it cannot
+        classify (a TLS failure mid-answer) would be retried for ``POST`` too.
+        """
+        if (
+            error is not None
+            and not self._is_connection_error(error)
+            and (method is None or not self._is_method_retryable(method))
+        ):
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    def get_retry_after(self, response: BaseHTTPResponse) -> float | None:
+        """``Retry-After`` in seconds (fractions allowed); None if absent or unreadable."""
+        value = response.headers.get("Retry-After")
+        if not value:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            return None
+
+    def get_backoff_time(self) -> float:
+        return full_jitter(max(0, len(self.history) - 1), self.backoff_factor, self.backoff_max)
+
+    def sleep(self, response: BaseHTTPResponse | None = None) -> None:
+        retry_after = None
+        if response is not None and self.respect_retry_after_header:
+            retry_after = self.get_retry_after(response)
+        if retry_after is None:
+            delay = self.get_backoff_time()
+        else:
+            delay = min(self.backoff_max, max(0.0, retry_after))
+        last = self.history[-1]
+        log.warning(
+            "%s %s: %s; retry %d/%d in %.2fs",
+            last.method,
+            last.url,
+            f"HTTP {last.status}" if last.status else type(last.error).__name__,
+            len(self.history),
+            len(self.history) + (self.total or 0),
+            delay,
+        )
+        self.pause(delay)

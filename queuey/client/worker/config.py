@@ -1,0 +1,205 @@
+"""A worker's settings: read from an ini file and the environment, validated once.
+
+Every key is named ``<section>.<key>`` in errors (:class:`queuey.errors.ConfigurationError`);
+an environment variable ``QUEUEY_<SECTION>_<KEY>`` overrides the ini. Booleans
+and lists are read by :mod:`queuey.coerce`, like every other setting of Queuey.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from queuey.client.discovery import FAILED_SUFFIX
+from queuey.client.group import DEFAULT_ROOT
+from queuey.coerce import as_bool, as_list
+from queuey.errors import ConfigurationError
+from queuey.limits import MAX_READ
+
+DEFAULT_FAILURE_QUEUE = "{queue}" + FAILED_SUFFIX
+DEFAULT_EXCLUDE = ("*" + FAILED_SUFFIX,)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """Every setting of a worker, validated. See ``etc/worker.ini``."""
+
+    # [queuey]
+    urls: tuple[str, ...]
+    application: str
+    key: str | None = None
+    http_timeout: float = 10.0
+    http_retries: int = 5
+    # [zookeeper]
+    zookeeper_hosts: str = "127.0.0.1:2181"
+    zookeeper_root: str = DEFAULT_ROOT
+    session_timeout: float = 10.0
+    # [worker]
+    group: str = "default"
+    queues: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    job: str = ""
+    context: str | None = None
+    failure_hook: str | None = None
+    per_batch: bool = False
+    batch_size: int = 100
+    max_attempts: int = 5
+    retry_backoff: float = 0.5
+    retry_max_backoff: float = 30.0
+    failure_queue: str = DEFAULT_FAILURE_QUEUE
+    idle_backoff: float = 0.2
+    idle_max_backoff: float = 5.0
+    rebalance_timeout: float = 10.0
+    discovery_interval: float = 5.0
+    mirror_checkpoints: bool = False
+    pythonpath: tuple[str, ...] = ()
+
+    @classmethod
+    def from_ini(cls, path: str | Path, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+        """Read an ini file; ``QUEUEY_<SECTION>_<KEY>`` environment variables override it.
+
+        Relative ``pythonpath`` entries are taken from the file's directory.
+        """
+        path = Path(path)
+        parser = configparser.ConfigParser(interpolation=None)
+        if not parser.read(path, encoding="utf-8"):
+            raise ConfigurationError("config", f"cannot read {path}")
+        sections = {name: dict(parser[name]) for name in parser.sections()}
+        config = cls.from_mapping(sections, environ)
+        paths = tuple(str((path.parent / p).resolve()) for p in config.pythonpath)
+        return dataclasses.replace(config, pythonpath=paths)
+
+    @classmethod
+    def from_mapping(
+        cls,
+        sections: Mapping[str, Mapping[str, str]],
+        environ: Mapping[str, str] | None = None,
+    ) -> WorkerConfig:
+        """Build from ``{"queuey": {...}, "zookeeper": {...}, "worker": {...}}`` of strings."""
+        env = os.environ if environ is None else environ
+        reader = _Reader(sections, env)
+        config = cls(
+            urls=reader.list("queuey", "urls", required=True),
+            application=reader.str("queuey", "application", required=True),
+            key=reader.str("queuey", "key"),
+            http_timeout=reader.number("queuey", "timeout", 10.0, minimum=0.1),
+            http_retries=int(reader.number("queuey", "retries", 5, minimum=0, integer=True)),
+            zookeeper_hosts=reader.str("zookeeper", "hosts", required=True),
+            zookeeper_root=reader.str("zookeeper", "root") or DEFAULT_ROOT,
+            session_timeout=reader.number("zookeeper", "session_timeout", 10.0, minimum=1.0),
+            group=reader.str("worker", "group", required=True),
+            queues=reader.list("worker", "queues", required=True),
+            exclude=reader.list("worker", "exclude", default=DEFAULT_EXCLUDE),
+            job=reader.str("worker", "job", required=True),
+            context=reader.str("worker", "context"),
+            failure_hook=reader.str("worker", "failure_hook"),
+            per_batch=reader.bool("worker", "per_batch", False),
+            batch_size=int(
+                reader.number(
+                    "worker", "batch_size", 100, minimum=1, maximum=MAX_READ, integer=True
+                )
+            ),
+            max_attempts=int(reader.number("worker", "max_attempts", 5, minimum=1, integer=True)),
+            retry_backoff=reader.number("worker", "retry_backoff", 0.5, minimum=0),
+            retry_max_backoff=reader.number("worker", "retry_max_backoff", 30.0, minimum=0),
+            failure_queue=reader.str("worker", "failure_queue") or DEFAULT_FAILURE_QUEUE,
+            idle_backoff=reader.number("worker", "idle_backoff", 0.2, minimum=0.01),
+            idle_max_backoff=reader.number("worker", "idle_max_backoff", 5.0, minimum=0.01),
+            rebalance_timeout=reader.number("worker", "rebalance_timeout", 10.0, minimum=0.5),
+            discovery_interval=reader.number("worker", "discovery_interval", 5.0, minimum=0.1),
+            mirror_checkpoints=reader.bool("worker", "mirror_checkpoints", False),
+            pythonpath=reader.list("worker", "pythonpath", default=()),
+        )
+        for name in ("job", "context", "failure_hook"):
+            value = getattr(config, name)
+            if value and ":" not in value:
+                raise ConfigurationError(f"worker.{name}", "must be module:function")
+        if "{queue}" not in config.failure_queue:
+            raise ConfigurationError("worker.failure_queue", "must contain {queue}")
+        return config
+
+
+class _Reader:
+    """Typed access to ini values, naming the key in every error."""
+
+    def __init__(self, sections: Mapping[str, Mapping[str, str]], env: Mapping[str, str]):
+        self.sections = sections
+        self.env = env
+
+    def raw(self, section: str, key: str) -> str | None:
+        env_name = f"QUEUEY_{section}_{key}".upper()
+        if env_name in self.env:
+            return self.env[env_name]
+        value = self.sections.get(section, {}).get(key)
+        return value.strip() if isinstance(value, str) else value
+
+    def str(self, section: str, key: str, required: bool = False) -> str | None:
+        value = self.raw(section, key)
+        if not value:
+            if required:
+                raise ConfigurationError(f"{section}.{key}", "is required")
+            return None
+        return value
+
+    def list(
+        self, section: str, key: str, required: bool = False, default: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        items = as_list(self.raw(section, key))
+        if not items:
+            if required:
+                raise ConfigurationError(f"{section}.{key}", "is required")
+            return tuple(default)
+        return items
+
+    def number(
+        self,
+        section: str,
+        key: str,
+        default: float,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        integer: bool = False,
+    ) -> float:
+        value = self.raw(section, key)
+        if value in (None, ""):
+            return default
+        try:
+            number = int(value) if integer else float(value)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise ConfigurationError(f"{section}.{key}", f"must be {kind}, not {value!r}") from None
+        if minimum is not None and number < minimum:
+            raise ConfigurationError(f"{section}.{key}", f"must be at least {minimum}")
+        if maximum is not None and number > maximum:
+            raise ConfigurationError(f"{section}.{key}", f"must be at most {maximum}")
+        return number
+
+    def bool(self, section: str, key: str, default: bool) -> bool:
+        value = self.raw(section, key)
+        if value in (None, ""):
+            return default
+        try:
+            return as_bool(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"{section}.{key}", str(exc)) from None
+
+
+def load_callable(spec: str, setting: str = "job") -> Callable:
+    """Import ``module:function`` (the function may be dotted: ``module:Class.method``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(setting, f"must be module:function, not {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(setting, f"cannot load {spec!r}: {exc}") from exc
+    if not callable(target):
+        raise ConfigurationError(setting, f"{spec!r} is not callable")
+    return target

@@ -1,0 +1,351 @@
+"""The worker's loop: consume the partitions a consumer group gives this member.
+
+For every partition it owns, the worker reads batches in order starting after
+the partition's checkpoint, calls the job on each message (or on each batch),
+and commits the checkpoint once the batch's work finished. Processing is
+at-least-once: a crash re-delivers at most the batch that was in flight on
+each partition.
+
+A message whose job keeps raising is retried with exponential backoff
+(``max_attempts`` in all), then parked in the failure queue
+(:mod:`queuey.client.worker.failures`), and processing moves on. Partitions
+with nothing to read are polled less and less often, up to
+``idle_max_backoff`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from queuey.client.discovery import QueueDiscovery
+from queuey.client.errors import ClientError
+from queuey.client.group import ConsumerGroup
+from queuey.client.http import QueueyClient
+from queuey.client.lease import PartitionLease
+from queuey.client.models import ReceivedMessage
+from queuey.client.worker.config import WorkerConfig, load_callable
+from queuey.client.worker.failures import FailureQueues
+
+log = logging.getLogger(__name__)
+
+Job = Callable[[Any], Any]
+FailureHook = Callable[[ReceivedMessage, BaseException], Any]
+ContextFactory = Callable[[], contextlib.AbstractContextManager]
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """Counters of one worker process."""
+
+    processed: int = 0  # messages whose job finished (or that went to the failure queue)
+    batches: int = 0
+    retries: int = 0
+    failed: int = 0  # messages moved to a failure queue
+    commits: int = 0
+    read_errors: int = 0
+
+
+class _Stopped(Exception):
+    """A retry wait ended because the lease or the worker stopped."""
+
+
+class Worker:
+    """Runs a job over the partitions this member owns until :meth:`stop`.
+
+    ``job``, ``context`` and ``failure_hook`` default to the callables the
+    config names; pass them to use the worker from Python. ``client`` and
+    ``group`` may be given to share or instrument them.
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        job: Job | None = None,
+        context: ContextFactory | None = None,
+        failure_hook: FailureHook | None = None,
+        client: QueueyClient | None = None,
+        group: ConsumerGroup | None = None,
+        member_id: str | None = None,
+    ) -> None:
+        self.config = config
+        for entry in reversed(config.pythonpath):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        self.job: Job = job or load_callable(config.job, "worker.job")
+        self.context = context or (
+            load_callable(config.context, "worker.context") if config.context else None
+        )
+        self.failure_hook = failure_hook or (
+            load_callable(config.failure_hook, "worker.failure_hook")
+            if config.failure_hook
+            else None
+        )
+        self._clients: list[QueueyClient] = []
+        self.client = client or self._own_client()
+        self.group = group or ConsumerGroup(
+            config.zookeeper_hosts,
+            config.group,
+            QueueDiscovery(self._own_client(), config.queues, config.exclude),
+            root=config.zookeeper_root,
+            session_timeout=config.session_timeout,
+            rebalance_timeout=config.rebalance_timeout,
+            discovery_interval=config.discovery_interval,
+            member_id=member_id,
+            mirror=(self.client, config.group) if config.mirror_checkpoints else None,
+        )
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._idle: dict[tuple[str, int], tuple[float, float]] = {}  # key -> (due, backoff)
+        self.failures = FailureQueues(
+            self.client, config.failure_queue, config.group, self.group.member_id
+        )
+
+    def _own_client(self) -> QueueyClient:
+        """A client this worker made, closed when it stops.
+
+        The group's discovery thread gets one (and a connection pool) of its own.
+        """
+        client = QueueyClient(
+            list(self.config.urls),
+            self.config.application,
+            self.config.key,
+            timeout=self.config.http_timeout,
+            retries=self.config.http_retries,
+        )
+        self._clients.append(client)
+        return client
+
+    @classmethod
+    def from_ini(cls, path: str | Path, **kwargs: Any) -> Worker:
+        return cls(WorkerConfig.from_ini(path), **kwargs)
+
+    # ---------------------------------------------------------- control
+
+    def run(self) -> None:
+        """Join the group and process until :meth:`stop`; then leave cleanly."""
+        log.info(
+            "worker %s: group %s, queues %s, job %s",
+            self.group.member_id,
+            self.config.group,
+            ",".join(self.config.queues),
+            self.config.job or self.job,
+        )
+        self.group.start()
+        try:
+            self._loop()
+        finally:
+            self.group.stop()
+            for own in self._clients:
+                own.close()
+            log.info("worker %s stopped: %s", self.group.member_id, self.stats)
+
+    def stop(self) -> None:
+        """Ask the worker to finish its current batch, commit and leave (thread/signal safe)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------- loop
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            leases = self.group.leases()
+            worked = False
+            now = time.monotonic()
+            for lease in leases:
+                if self._stop.is_set():
+                    break
+                due, _ = self._idle.get(lease.key, (0.0, 0.0))
+                if due > now:
+                    continue
+                count = self.process_batch(lease)
+                if count > 0:
+                    self._idle.pop(lease.key, None)
+                    worked = True
+                elif count == 0:
+                    self._back_off(lease.key)
+            if not worked and not self._stop.is_set():
+                self._wait_idle(leases)
+
+    def _back_off(self, key: tuple[str, int]) -> None:
+        _, previous = self._idle.get(key, (0.0, 0.0))
+        backoff = min(self.config.idle_max_backoff, previous * 2 or self.config.idle_backoff)
+        self._idle[key] = (time.monotonic() + backoff * random.uniform(0.5, 1.0), backoff)
+
+    def _wait_idle(self, leases: list[PartitionLease]) -> None:
+        dues = [self._idle[lease.key][0] for lease in leases if lease.key in self._idle]
+        if leases and len(dues) == len(leases):
+            timeout = max(0.0, min(dues) - time.monotonic())
+        elif leases:
+            timeout = 0.0
+        else:
+            timeout = self.config.idle_max_backoff
+        if timeout > 0:
+            self._wait(min(timeout, self.config.idle_max_backoff))
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep, waking early for a stop request or an ownership change."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.group.wait_for_change(min(left, 0.25))
+            if self._stop.is_set():
+                return
+
+    # ------------------------------------------------------------ batch
+
+    def process_batch(self, lease: PartitionLease) -> int:
+        """Read and process one batch of a partition; the number of messages handled.
+
+        Returns 0 when there was nothing to read (or the read failed) and -1
+        when the lease is no longer ours.
+        """
+        with lease:
+            if not lease.valid():
+                return -1
+            try:
+                messages = self._read(lease)
+            except ClientError as exc:
+                self.stats.read_errors += 1
+                log.warning("reading %s:%s failed: %s", lease.queue, lease.partition, exc)
+                return 0
+            if not messages:
+                return 0
+            done = 0
+            try:
+                with self.context() if self.context else contextlib.nullcontext():
+                    if self.config.per_batch:
+                        done = self._run_batch(lease, messages)
+                    else:
+                        for message in messages:
+                            if not lease.valid() or not self._run_one(lease, message, self.job):
+                                break
+                            done += 1
+            except Exception:
+                # The context manager itself failed: what finished stays finished.
+                log.exception("batch context of %s:%s failed", lease.queue, lease.partition)
+            self.stats.batches += 1
+            if lease.dirty and lease.commit():
+                self.stats.commits += 1
+            return done
+
+    def _read(self, lease: PartitionLease) -> list[ReceivedMessage]:
+        position = lease.position
+        return self.client.read(
+            lease.queue,
+            since=position.message_id if position else None,
+            since_timestamp=None if position else "0",
+            limit=self.config.batch_size,
+            order="ascending",
+            partitions=[lease.partition],
+        )
+
+    def _run_one(self, lease: PartitionLease, message: ReceivedMessage, job: Job) -> bool:
+        """Run ``job`` on one message with retries; True once it is done or moved aside."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                job(message)
+            except Exception as exc:  # noqa: BLE001 - any job error is retried, then parked
+                if attempt >= self.config.max_attempts:
+                    if not self._park(lease, message, exc, attempt):
+                        return False
+                    break
+                delay = self._retry_delay(attempt)
+                log.warning(
+                    "job failed on %s:%s %s (attempt %d/%d): %r; retrying in %.2fs",
+                    lease.queue,
+                    lease.partition,
+                    message.message_id,
+                    attempt,
+                    self.config.max_attempts,
+                    exc,
+                    delay,
+                )
+                self.stats.retries += 1
+                try:
+                    self._sleep_while_valid(lease, delay)
+                except _Stopped:
+                    return False
+            else:
+                break
+        lease.advance(message.message_id, message.timestamp)
+        self.stats.processed += 1
+        return True
+
+    def _run_batch(self, lease: PartitionLease, messages: list[ReceivedMessage]) -> int:
+        """Per-batch jobs: retry the whole batch, then fall back to one message at a time."""
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                self.job(messages)
+            except Exception as exc:  # noqa: BLE001
+                if attempt == self.config.max_attempts:
+                    log.warning(
+                        "batch of %s:%s failed %d times (%r); retrying message by message",
+                        lease.queue,
+                        lease.partition,
+                        attempt,
+                        exc,
+                    )
+                    break
+                self.stats.retries += 1
+                try:
+                    self._sleep_while_valid(lease, self._retry_delay(attempt))
+                except _Stopped:
+                    return 0
+            else:
+                last = messages[-1]
+                lease.advance(last.message_id, last.timestamp)
+                self.stats.processed += len(messages)
+                return len(messages)
+        done = 0
+        for message in messages:
+            if not lease.valid() or not self._run_one(lease, message, lambda m: self.job([m])):
+                break
+            done += 1
+        return done
+
+    def _retry_delay(self, attempt: int) -> float:
+        ceiling = min(self.config.retry_max_backoff, self.config.retry_backoff * 2 ** (attempt - 1))
+        return ceiling * random.uniform(0.5, 1.0)
+
+    def _sleep_while_valid(self, lease: PartitionLease, delay: float) -> None:
+        deadline = time.monotonic() + delay
+        while True:
+            if self._stop.is_set() or not lease.valid():
+                raise _Stopped
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stop.wait(min(left, 0.1))
+
+    # ---------------------------------------------------------- failure
+
+    def _park(
+        self, lease: PartitionLease, message: ReceivedMessage, exc: BaseException, attempts: int
+    ) -> bool:
+        """Move a message that kept failing to the failure queue; False if that failed."""
+        if not self.failures.park(lease.queue, message, exc, attempts):
+            return False
+        self.stats.failed += 1
+        if self.failure_hook is not None:
+            try:
+                self.failure_hook(message, exc)
+            except Exception:
+                log.exception("the failure hook raised on %s", message.message_id)
+        return True
