@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from queuey.clock import ManualClock  # noqa: E402
-from queuey.spark import StorageConnection, queue_rdd  # noqa: E402
+from queuey.spark import StorageConnection, local_session, queue_rdd  # noqa: E402
 from queuey.storage import NewMessage, QueueMeta, ReadQuery, load_backend  # noqa: E402
 
 APPLICATION = "bench"
@@ -108,28 +108,6 @@ def driver_loop(storage, meta: QueueMeta) -> int:
     return total
 
 
-def spark_session():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    from queuey.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("queuey-bench-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
-
-
 def timed(fn, runs: int) -> tuple[list[float], int]:
     times, result = [], 0
     for _ in range(runs):
@@ -167,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             fill_s = fill(storage, meta, args.messages)
             loop_times, loop_count = timed(lambda: driver_loop(storage, meta), args.runs)
 
-            spark = spark_session()
+            spark = local_session(
+                "queuey-bench-spark",
+                "local[2]",
+                python=sys.executable,
+                conf={"spark.ui.enabled": "false", "spark.driver.memory": "2g"},
+            )
             try:
                 executor_settings = {**settings, "queuey.cassandra.create_schema": "false"}
                 reader = (

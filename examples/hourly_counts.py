@@ -16,34 +16,13 @@ total. Used in ``docs/spark.rst``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def spark_session(master: str):
-    """A SparkSession whose Python workers run this interpreter and find queuey."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    from pyspark.sql import SparkSession
-
-    from queuey.spark import register
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("queuey-hourly-counts")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+from queuey.spark import local_session  # noqa: E402
 
 
 def hourly_counts(spark, options: dict[str, str], field: str):
@@ -95,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name):
             options[name] = getattr(args, name)
 
-    spark = spark_session(args.master)
+    spark = local_session(
+        "queuey-hourly-counts",
+        args.master,
+        conf={"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "8"},
+    )
     try:
         total = 0
         for row in hourly_counts(spark, options, args.field).toLocalIterator():

@@ -2,14 +2,14 @@
 and a "target" store (SQLite, or the real Cassandra node) to fill and read.
 
 Spark's Python workers are separate processes started by the JVM; they find
-``queuey`` through ``PYTHONPATH`` (set here before the JVM starts) and run the
-same interpreter as the tests (``PYSPARK_PYTHON``).
+``queuey`` through ``PYTHONPATH`` (set by :func:`queuey.spark.local_session`
+before the JVM starts) and run the same interpreter as the tests
+(``PYSPARK_PYTHON``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import uuid
 from collections.abc import Iterable, Sequence
@@ -38,38 +38,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.filterwarnings(PYSPARK_SOCKET_WARNING))
 
 
-def _spark_environment() -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-
-
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession with the ``queuey`` data source registered."""
-    _spark_environment()
-    from pyspark.sql import SparkSession
+    from queuey.spark import local_session
 
-    from queuey.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("queuey-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
-        .config("spark.python.worker.faulthandler.enabled", "true")
-        .config("spark.sql.streaming.stopTimeout", "60s")
-        .getOrCreate()
+    session = local_session(
+        "queuey-tests",
+        "local[2]",
+        python=sys.executable,
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.memory": "1g",
+            "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
+            "spark.python.worker.faulthandler.enabled": "true",
+            "spark.sql.streaming.stopTimeout": "60s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
 

@@ -178,7 +178,7 @@ def test_write_rows_with_a_json_body(spark, target):
 
 
 def test_write_columns_as_the_message_placed_by_key(spark, target):
-    from queuey.web.messages import partition_for_key
+    from queuey.placement import partition_for_key
 
     meta = target.queue(partitions=5)
     frame = spark.createDataFrame(

@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from queuey import ids
-from queuey.spark import queue_rdd, slices
+from queuey.spark import queue_rdd, sources
 from queuey.spark.rdd import plan
 
 pytestmark = pytest.mark.spark
@@ -156,7 +156,7 @@ def test_descriptors_are_plain_values(sc, target):
         # Only Queuey's own value classes travel, never a driver or connection object.
         assert _pickled_classes(data) <= {
             ("queuey.spark.slices", "Slice"),
-            ("queuey.spark.slices", "StorageConnection"),
+            ("queuey.spark.connections", "StorageConnection"),
             ("queuey.storage", "QueueMeta"),
         }
         assert pickle.loads(data) == piece
@@ -195,17 +195,17 @@ def test_executors_open_their_own_cassandra_session(sc, cassandra_target, monkey
     monkeypatch.setattr(cassandra.cluster.Cluster, "__init__", spy)
 
     def report(rows):
-        from queuey.spark import slices as executor_slices
+        from queuey.spark import sources as executor_sources
 
         count = sum(1 for _ in rows)
         sources = [
             s
-            for s in executor_slices._sources.values()
+            for s in executor_sources._sources.values()
             if s.connection.describe() == "queuey.storage.cassandra"
         ]
         opened = [
             entry
-            for entry in executor_slices.opened_sources
+            for entry in executor_sources.opened_sources
             if entry[1] == "queuey.storage.cassandra"
         ]
         sessions = [s.storage._conn is not None for s in sources]
@@ -226,6 +226,6 @@ def test_executors_open_their_own_cassandra_session(sc, cassandra_target, monkey
     # 16 tasks ran on a few Python workers, each of which connected exactly once.
     assert len(per_worker) < 16
     assert all(opened == {1} for opened in per_worker.values())
-    assert slices._sources == {} or all(
-        s.connection.describe() != "queuey.storage.cassandra" for s in slices._sources.values()
+    assert sources._sources == {} or all(
+        s.connection.describe() != "queuey.storage.cassandra" for s in sources._sources.values()
     )

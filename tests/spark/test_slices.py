@@ -8,15 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from queuey import ids
-from queuey.spark.slices import (
-    Bounds,
-    Slice,
-    StorageConnection,
-    check_position,
-    plan_partition,
-    position_key,
-    to_micros,
-)
+from queuey.ids import to_micros
+from queuey.spark.connections import StorageConnection
+from queuey.spark.positions import check_position, position_key
+from queuey.spark.slices import Bounds, Slice, plan_partition
 from queuey.storage import QueueMeta
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,9 @@ import pytest
 
 from queuey import ids
 from queuey.errors import ConfigurationError
-from queuey.spark.datasource import DEFAULT_SCHEMA, QueueyStreamReader, ReadOptions
+from queuey.spark.arrow import DEFAULT_SCHEMA
+from queuey.spark.options import ReadOptions
+from queuey.spark.stream import QueueyStreamReader
 
 pytestmark = pytest.mark.unit
 
