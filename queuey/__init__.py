@@ -18,9 +18,9 @@ from pyramid.request import Request
 
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
-from queuey.coordination import Coordination
 from queuey.settings import check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
+from queuey.web.coordination import Coordination
 from queuey.web.resources import QueueCache
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)
     config.add_request_method(lambda request: request.registry.clock, "clock", reify=True)
     config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)
-    config.include("queuey.security")
+    config.include("queuey.web.security")
     config.include("queuey.web")
     config.scan("queuey.web")
     log.info("queuey ready: storage=%s", parsed.storage_backend)

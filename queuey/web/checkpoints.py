@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyramid.view import view_config
 
 from queuey import ids
-from queuey.security import Permission
 from queuey.web.params import CONSUMER_NAME, InvalidParameters, json_body
 from queuey.web.responses import ok
+from queuey.web.security import Permission
 
 
 def _consumer(request) -> str:

@@ -14,9 +14,9 @@ from queuey.errors import (
     QueueNotFound,
     StorageUnavailable,
 )
-from queuey.security import Refused
 from queuey.web.params import InvalidParameters, NotJSON, PayloadTooLarge
 from queuey.web.responses import error
+from queuey.web.security import Refused
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import random
 from typing import Any
 
 from pyramid.view import view_config
 
 from queuey import ids
-from queuey.security import Permission
+from queuey.limits import DEFAULT_READ, MAX_READ
+from queuey.placement import partition_for_key, random_partition
 from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.web.params import (
     ORDERS,
@@ -20,14 +19,7 @@ from queuey.web.params import (
     json_body,
 )
 from queuey.web.responses import message_ref, messages_response, ok
-
-MAX_READ = 1000
-
-
-def partition_for_key(key: str, partitions: int) -> int:
-    """A stable partition for ``partition_key`` (the same on every node and release)."""
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions + 1
+from queuey.web.security import Permission
 
 
 def _new_message(
@@ -63,7 +55,7 @@ def post_message(request):
     settings = request.registry.queuey_settings
     body = json_body(request, settings.max_message_size)
     params = Params(request.GET)
-    message = _new_message(request, meta, body, params, random.randint(1, meta.partitions))
+    message = _new_message(request, meta, body, params, random_partition(meta.partitions))
     params.check()
     stored = request.storage.put_messages(meta, [message])
     request.metrics.messages_posted(len(stored))
@@ -85,7 +77,7 @@ def post_batch(request):
     messages = []
     # Messages without a placement share one random partition per batch: still
     # spread over the queue batch by batch, and a batch stays one storage write.
-    shared_partition = random.randint(1, meta.partitions)
+    shared_partition = random_partition(meta.partitions)
     for index, entry in enumerate(entries):
         params = Params(entry if isinstance(entry, dict) else {}, prefix=f"messages[{index}].")
         if not isinstance(entry, dict):
@@ -108,7 +100,7 @@ def read_messages(request):
     params = Params(request.GET)
     after_id = params.message_id("since")
     after_micros = params.timestamp("since_timestamp")
-    limit = params.integer("limit", 100, 1, MAX_READ)
+    limit = params.integer("limit", DEFAULT_READ, 1, MAX_READ)
     order = params.choice("order", "descending", ORDERS)
     partitions = params.partitions("partitions", meta.partitions)
     params.check()

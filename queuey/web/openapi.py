@@ -11,6 +11,7 @@ from typing import Any
 
 from pyramid.view import view_config
 
+from queuey.limits import DEFAULT_READ, MAX_READ
 from queuey.web.responses import json_response
 
 APP_NAME = {
@@ -83,7 +84,7 @@ READ_PARAMS = [
     ),
     _query(
         "limit",
-        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+        {"type": "integer", "minimum": 1, "maximum": MAX_READ, "default": DEFAULT_READ},
         "how many messages at most",
     ),
     _query(
@@ -121,7 +122,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "parameters": [
                 APP_NAME,
                 APP_KEY,
-                _query("limit", {"type": "integer", "maximum": 1000}, "page size"),
+                _query("limit", {"type": "integer", "maximum": MAX_READ}, "page size"),
                 _query("offset", {"type": "string"}, "queue name to start after"),
                 _query("details", {"type": "boolean"}, "metadata, not just names"),
             ],

@@ -6,10 +6,11 @@ import uuid
 
 from pyramid.view import view_config
 
-from queuey.security import Permission
+from queuey.limits import DEFAULT_READ, MAX_READ
 from queuey.storage import QueueMeta
 from queuey.web.params import QUEUE_NAME, Params, form_or_json
 from queuey.web.responses import ok, queue_json
+from queuey.web.security import Permission
 
 TYPES = ("public", "private")
 CONSISTENCIES = ("weak", "strong", "very_strong")
@@ -46,7 +47,7 @@ def create_queue(request):
 @view_config(route_name="queues", request_method="GET", permission=Permission.MANAGE)
 def list_queues(request):
     params = Params(request.GET)
-    limit = params.integer("limit", 100, 1, 1000)
+    limit = params.integer("limit", DEFAULT_READ, 1, MAX_READ)
     after = params.pattern("offset", None, QUEUE_NAME, "must be a queue name")
     details = params.boolean("details", False)
     params.check()

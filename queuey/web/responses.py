@@ -8,6 +8,7 @@ from typing import Any
 
 from pyramid.response import Response
 
+from queuey import ids
 from queuey.storage import Message, QueueMeta
 
 CONTENT_TYPE = "application/json"
@@ -30,13 +31,14 @@ def error(status: int, errors: dict[str, str], headers: dict[str, str] | None = 
 
 
 def timestamp_json(micros: int) -> str:
-    return repr(micros / 1_000_000)
+    """A timestamp as JSON number text, exact to the microsecond."""
+    return repr(ids.micros_to_seconds(micros))
 
 
 def message_ref(message: Message) -> dict[str, Any]:
     return {
         "message_id": message.id.hex,
-        "timestamp": message.timestamp / 1_000_000,
+        "timestamp": ids.micros_to_seconds(message.timestamp),
         "partition": message.partition,
     }
 
@@ -58,7 +60,7 @@ def queue_json(meta: QueueMeta) -> dict[str, Any]:
     return {
         "queue_name": meta.name,
         "partitions": meta.partitions,
-        "created": meta.created // 1_000_000,
+        "created": meta.created // ids.MICROS,
         "type": meta.type,
         "ttl": meta.ttl,
         "consistency": meta.consistency,
