@@ -41,8 +41,10 @@ PROTOCOL_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
-class CassandraNode:
+class CassandraNode(process.ServiceDirectory):
     """One node's identity, addresses and directories."""
+
+    kind = "cassandra"
 
     index: int
     address: str
@@ -52,24 +54,8 @@ class CassandraNode:
     directory: Path
 
     @property
-    def pidfile(self) -> Path:
-        return self.directory / "cassandra.pid"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.directory / "logs"
-
-    @property
     def system_log(self) -> Path:
         return self.log_dir / "system.log"
-
-    @property
-    def stdout_log(self) -> Path:
-        return self.log_dir / "stdout.log"
-
-    @property
-    def marker(self) -> str:
-        return f"cassandra:{self.directory}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -170,6 +170,33 @@ def _read_classpath(cache: Path) -> list[Path] | None:
 # ---------------------------------------------------------------- processes
 
 
+class ServiceDirectory:
+    """Where one detached service keeps its pidfile and logs (a mixin).
+
+    A subclass names its ``kind`` and has a ``directory`` attribute; the
+    marker argument it is started with names both, so ``stop`` recognises it.
+    """
+
+    kind: str = ""
+    directory: Path
+
+    @property
+    def pidfile(self) -> Path:
+        return self.directory / f"{self.kind}.pid"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.log_dir / "stdout.log"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.kind}:{self.directory}"
+
+
 @dataclasses.dataclass(frozen=True)
 class PidRecord:
     """What a pidfile holds: enough to recognise our process and nobody else's."""

@@ -34,8 +34,10 @@ DEFAULT_TIMEOUT = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
-class ZooKeeperServer:
+class ZooKeeperServer(process.ServiceDirectory):
     """Where a ZooKeeper server listens and keeps its state."""
+
+    kind = "zookeeper"
 
     port: int
     directory: Path
@@ -50,24 +52,8 @@ class ZooKeeperServer:
         return self.hosts
 
     @property
-    def pidfile(self) -> Path:
-        return self.directory / "zookeeper.pid"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.directory / "logs"
-
-    @property
     def server_log(self) -> Path:
         return self.log_dir / "zookeeper.log"
-
-    @property
-    def stdout_log(self) -> Path:
-        return self.log_dir / "stdout.log"
-
-    @property
-    def marker(self) -> str:
-        return f"zookeeper:{self.directory}"
 
 
 @dataclasses.dataclass(frozen=True)
