@@ -4,6 +4,7 @@ shared Cassandra keyspace, a fresh ZooKeeper chroot)."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -13,7 +14,8 @@ import queuey
 from queuey.clock import ManualClock
 from tests.support import TestApps, start_live_server, write_applications
 
-CASSANDRA_KEYSPACE = "queuey_test"
+#: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
+CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
 
 
 @pytest.fixture
