@@ -57,10 +57,6 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOT = "/queuey/groups"
 
 
-class GroupError(RuntimeError):
-    """The group could not be joined or left."""
-
-
 @dataclasses.dataclass
 class GroupStats:
     """What the group measured: how long rebalances took, and how many ran."""

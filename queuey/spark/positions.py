@@ -23,12 +23,6 @@ def position_key(position: Position) -> tuple[int, bytes]:
     return ids.order_key(uuid.UUID(position))
 
 
-def position_micros(position: Position) -> int:
-    if isinstance(position, int):
-        return position
-    return ids.micros_of(uuid.UUID(position))
-
-
 def check_position(value: Any) -> Position:
     """A position from an offset or an option; raises ``ValueError`` otherwise."""
     if isinstance(value, bool):
