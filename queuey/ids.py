@@ -17,6 +17,9 @@ from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 # 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
 _UUID_EPOCH_OFFSET = 0x01B21DD213814000
+#: The largest timestamp an id can carry (its 60-bit time field), with room for
+#: :func:`max_uuid`'s exclusive bound.
+MAX_MICROS = ((1 << 60) - 1 - _UUID_EPOCH_OFFSET) // 10 - 2
 MICROS = 1_000_000
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

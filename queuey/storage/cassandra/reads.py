@@ -23,8 +23,6 @@ from queuey.storage import Message, QueueMeta, ReadQuery, merge_partitions
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
 
-#: The largest timestamp a version-1 id can carry (60-bit time field).
-MAX_MICROS = ((1 << 60) - 1 - 0x01B21DD213814000) // 10 - 2
 #: Bucket-index rows fetched per page.
 INDEX_PAGE = 64
 
@@ -78,7 +76,7 @@ class ReadPlan:
             lo_ts = max(lo_ts, ids.micros_of(q.after_id))
             if ids.order_key(q.after_id) > ids.order_key(lo_id):
                 lo_id = q.after_id  # exclusive: the row itself is skipped
-        hi_ts = MAX_MICROS if q.until_micros is None else min(q.until_micros, MAX_MICROS)
+        hi_ts = ids.MAX_MICROS if q.until_micros is None else min(q.until_micros, ids.MAX_MICROS)
         if hi_ts <= lo_ts:
             return None
         width = len(dict.fromkeys(q.partitions))
