@@ -18,7 +18,8 @@ from pyramid.request import Request
 
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
-from queuey.settings import check_read_delay, load_settings
+from queuey.errors import ConfigurationError
+from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
 from queuey.web.coordination import Coordination
 from queuey.web.resources import QueueCache
@@ -44,10 +45,17 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     """
     parsed = load_settings(settings)
     clock: Clock = settings.get("queuey.clock") or SYSTEM_CLOCK
-    storage: Storage = settings.get("queuey.storage.instance") or load_backend(
-        parsed.storage_backend, parsed.raw, clock
-    )
-    check_read_delay(parsed, storage.write_timeout_seconds)
+    given: Storage | None = settings.get("queuey.storage.instance")
+    storage = given or load_backend(parsed.storage_backend, parsed.raw, clock)
+    try:
+        # Settings that must agree with the backend; a storage we opened
+        # is closed again if they do not.
+        check_read_delay(parsed, storage.write_timeout_seconds)
+        check_max_ttl(parsed, storage.max_ttl)
+    except ConfigurationError:
+        if given is None:
+            storage.close()
+        raise
 
     if config is None:
         config = Configurator(settings=settings)

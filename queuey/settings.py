@@ -95,6 +95,15 @@ def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=No
     return value
 
 
+def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
+    value = _get(raw, "queuey.default_ttl", int)
+    if not 1 <= value <= max_ttl:
+        raise ConfigurationError(
+            "queuey.default_ttl", f"{value} must be between 1 and queuey.max_ttl ({max_ttl})"
+        )
+    return value
+
+
 def load_settings(
     settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -105,7 +114,7 @@ def load_settings(
         applications_file=str(raw["queuey.applications"]),
         read_delay=_get(raw, "queuey.read_delay", float, lambda v: v >= 0),
         max_clock_skew=_get(raw, "queuey.max_clock_skew", float, lambda v: v >= 0),
-        default_ttl=_get(raw, "queuey.default_ttl", int, lambda v: 1 <= v <= max_ttl),
+        default_ttl=_get_default_ttl(raw, max_ttl),
         max_ttl=max_ttl,
         max_partitions=_get(raw, "queuey.max_partitions", int, lambda v: v >= 1),
         max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
@@ -132,4 +141,20 @@ def check_read_delay(settings: Settings, write_timeout: float) -> None:
             f"{settings.read_delay}s is shorter than the storage write timeout "
             f"({write_timeout}s) plus queuey.max_clock_skew ({settings.max_clock_skew}s); "
             f"readers could skip messages. Set it to at least {needed}s.",
+        )
+
+
+def check_max_ttl(settings: Settings, storage_max_ttl: int) -> None:
+    """Refuse a ``queuey.max_ttl`` the storage backend cannot keep.
+
+    Every ttl up to ``queuey.max_ttl`` passes the API's validation, so a
+    larger one than the store keeps would fail only when posted (a 500 or a
+    lost answer); stopping at start-up names the setting instead.
+    """
+    if settings.max_ttl > storage_max_ttl:
+        raise ConfigurationError(
+            "queuey.max_ttl",
+            f"{settings.max_ttl}s is longer than the storage backend "
+            f"({settings.storage_backend}) can keep messages ({storage_max_ttl}s); "
+            "lower it, or raise the backend's own limit (e.g. queuey.cassandra.max_ttl).",
         )

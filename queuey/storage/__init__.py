@@ -116,6 +116,12 @@ class Storage(abc.ABC):
     #: order.
     write_timeout_seconds: float = 0.0
 
+    #: Longest message TTL, in seconds, the store can keep (its expiry must be
+    #: representable there). The service refuses to start with a
+    #: ``queuey.max_ttl`` above it, so no accepted ttl can fail in the store.
+    #: A backend that can keep longer says so; 20 years is Cassandra's limit.
+    max_ttl: int = 630_720_000
+
     # -- queues ---------------------------------------------------------------
     @abc.abstractmethod
     def create_queue(self, meta: QueueMeta) -> QueueMeta:
@@ -156,7 +162,15 @@ class Storage(abc.ABC):
         Ids are minted here so that the backend can keep invariant 2 (no reader
         skips): a backend either makes commit order equal id order (SQLite) or
         relies on the caller's read delay being longer than its write timeout
-        (Cassandra). Partitions must already be valid for the queue.
+        (Cassandra). Partitions must already be valid for the queue, and ttls
+        at most :attr:`max_ttl`.
+
+        Returns only once the messages are durable. ``StorageUnavailable``
+        means the outcome is unknown (a write that timed out may still be
+        applied), never "certainly not stored": callers must not answer it as
+        a refusal or post the same messages again on their own. A backend
+        raises nothing once its write is applied (no work that can fail
+        follows the write on the caller's path).
         """
 
     @abc.abstractmethod

@@ -7,6 +7,7 @@ consistency level, so the tests check what Cassandra was actually asked.
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,9 @@ from queuey import ids
 from queuey.storage import NewMessage
 from queuey.storage.cassandra import CassandraStorage
 
-KEYSPACE = "queuey_cassandra_specific"
+#: Beside the run's own keyspace (``QUEUEY_TEST_KEYSPACE``), so parallel runs
+#: on one node never share these tables either.
+KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test") + "_specific"
 MICROS = ids.MICROS
 
 

@@ -143,3 +143,37 @@ def test_missing_schema_is_reported_not_created(settings, clock):
             storage.ping()
     finally:
         storage.close()
+
+
+@pytest.mark.cassandra
+def test_create_schema_waits_for_a_node_that_is_down(settings, clock):
+    """``create_schema = true`` with Cassandra down must not stop the service
+    from starting: the schema is created on the first connection instead."""
+    dead = {
+        **settings,
+        "queuey.cassandra.port": str(free_port()),
+        "queuey.cassandra.create_schema": "true",
+        "queuey.cassandra.connect_timeout": "2",
+    }
+    storage = load_from_config(dead, clock)  # used to raise StorageUnavailable here
+    try:
+        with pytest.raises(StorageUnavailable):
+            storage.ping()
+    finally:
+        storage.close()
+
+
+@pytest.mark.cassandra
+def test_create_schema_creates_it_on_first_connection(settings, clock):
+    fresh = {**settings, "queuey.cassandra.keyspace": "queuey_fresh_" + uuid.uuid4().hex[:8]}
+    storage = load_from_config(fresh, clock)
+    try:
+        queue = storage.create_queue(QueueMeta(application="app", name="q"))
+        put(storage, queue, 1)
+        read = storage.read_messages(
+            queue, ReadQuery(partitions=[1], now_micros=clock.now_micros())
+        )
+        assert len(read) == 1
+        storage.session.execute(f"DROP KEYSPACE {fresh['queuey.cassandra.keyspace']}", timeout=60)
+    finally:
+        storage.close()

@@ -25,7 +25,7 @@ from queuey.clock import Clock
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
 from queuey.storage import Message, MessageRef, NewMessage, QueueMeta, ReadQuery, Storage
 from queuey.storage.cassandra.reads import read_messages
-from queuey.storage.cassandra.schema import LATEST_VERSION, current_version, upgrade_with_config
+from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
     P_META,
     boundary,
@@ -34,7 +34,13 @@ from queuey.storage.cassandra.session import (
     execute_all,
     unavailable,
 )
-from queuey.storage.cassandra.settings import PREFIX, CassandraSettings, parse_settings
+from queuey.storage.cassandra.settings import (
+    MAX_EXPIRATION,
+    PREFIX,
+    TTL_SLACK,
+    CassandraSettings,
+    parse_settings,
+)
 from queuey.storage.cassandra.statements import Connection, Statements
 from queuey.storage.cassandra.writes import MessageWriter
 
@@ -90,6 +96,13 @@ class CassandraStorage(Storage):
         self._retry_at = 0.0
         self._last_failure = ""
 
+    @property
+    def max_ttl(self) -> int:  # type: ignore[override]
+        """``queuey.cassandra.max_ttl``, or less once its expiry would pass the
+        latest date Cassandra stores (:data:`.settings.MAX_EXPIRATION`)."""
+        now = self.clock.now_micros() // MICROS
+        return max(0, min(self.config.max_ttl, MAX_EXPIRATION - TTL_SLACK - now))
+
     # -- connection ---------------------------------------------------------
     def connect(self) -> None:
         """Open the connection and prepare statements now (idempotent)."""
@@ -120,6 +133,10 @@ class CassandraStorage(Storage):
         try:
             with unavailable("connect"):
                 session = cluster.connect()
+                if self.config.create_schema:
+                    applied = apply_migrations(session, self.config)
+                    if applied:
+                        log.info("cassandra: applied %d schema statements", len(applied))
                 self._check_schema(session)
                 st = Statements(session, self.config.keyspace)
                 row = session.execute(st.storage_setting, ("bucket_seconds",)).one()
@@ -295,7 +312,7 @@ class CassandraStorage(Storage):
     def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
         if not messages:
             return []
-        self._writer.check_ttls(messages)
+        self._writer.check_ttls(messages, self.max_ttl)
         return self._writer.put(self._connection(), queue, messages, self.write_timeout_seconds)
 
     @boundary("read messages")
@@ -379,17 +396,13 @@ class CassandraStorage(Storage):
 def load_from_config(settings: Mapping[str, Any], clock: Clock) -> CassandraStorage:
     """Build the backend from ``queuey.cassandra.*`` settings.
 
-    With ``queuey.cassandra.create_schema = true`` (tests, development) the
-    schema is created or upgraded first; otherwise it must already be there
-    (``queuey schema upgrade``). A node that is down at start is not fatal:
-    the backend connects on first use and answers ``StorageUnavailable`` until then.
+    A node that is down at start is not fatal: the backend connects on first
+    use and answers ``StorageUnavailable`` (503) until then. With
+    ``queuey.cassandra.create_schema = true`` (tests, development) the schema
+    is created or upgraded on connecting, so that too waits for Cassandra;
+    otherwise it must already be there (``queuey schema upgrade``).
     """
-    config = parse_settings(settings)
-    if config.create_schema:
-        applied = upgrade_with_config(config)
-        if applied:
-            log.info("cassandra: applied %d schema statements", len(applied))
-    storage = CassandraStorage(config, clock)
+    storage = CassandraStorage(parse_settings(settings), clock)
     try:
         storage.connect()
     except StorageUnavailable as exc:

@@ -30,7 +30,11 @@ from cassandra.cluster import (
 )
 from cassandra.connection import ConnectionException
 from cassandra.io.libevreactor import LibevConnection
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
 from cassandra.pool import NoConnectionsAvailable
 from cassandra.protocol import ErrorMessage
 from cassandra.query import tuple_factory
@@ -61,6 +65,14 @@ CONSISTENCY_LEVELS: dict[str, int] = {
     P_STRONG: ConsistencyLevel.LOCAL_QUORUM,
     P_VERY_STRONG: ConsistencyLevel.EACH_QUORUM,
 }
+
+
+#: Longest pause between the driver's attempts to reconnect to a node that is
+#: down. The driver's default grows to ten minutes, so after a long outage a
+#: node that is back could wait that long before the service used it again.
+#: Attempts never stop (``max_attempts=None``): a capped delay with the
+#: default 64 attempts would give a node up after about five minutes.
+RECONNECT_MAX_DELAY = 5.0
 
 
 def build_cluster(config: CassandraSettings) -> Cluster:
@@ -96,6 +108,9 @@ def build_cluster(config: CassandraSettings) -> Cluster:
         connect_timeout=config.connect_timeout,
         control_connection_timeout=config.connect_timeout,
         compression=False,
+        reconnection_policy=ExponentialReconnectionPolicy(
+            0.5, RECONNECT_MAX_DELAY, max_attempts=None
+        ),
         # The reactor writes large requests in 4 KiB chunks: without NODELAY,
         # Nagle plus delayed ACKs stall every batch for ~40 ms.
         sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],

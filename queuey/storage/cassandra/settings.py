@@ -20,6 +20,15 @@ from queuey.errors import ConfigurationError
 PREFIX = "queuey.cassandra."
 #: Cassandra refuses TTLs above 20 years.
 CASSANDRA_MAX_TTL = 630_720_000
+#: The latest expiry Cassandra 5 can store (seconds since the epoch,
+#: 2106-02-07T06:28:14Z) with ``storage_compatibility_mode: NONE``; in the
+#: CASSANDRA_4 modes it is 2038-01-19T03:14:06Z (2**31 - 2) and the node
+#: refuses writes expiring later.
+MAX_EXPIRATION = 2**32 - 2
+#: What the backend adds to a message's ttl for the rows it writes: one
+#: second on the message row, up to two bucket widths (at most a day each)
+#: plus one second on the bucket-index row.
+TTL_SLACK = 2 * 86400 + 2
 
 _KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 
@@ -151,7 +160,7 @@ def parse_settings(settings: Mapping[str, Any]) -> CassandraSettings:
         request_timeout=request_timeout,
         connect_timeout=_as_float(settings, "connect_timeout", max(5.0, request_timeout), 0.0),
         bucket_seconds=_as_int(settings, "bucket_seconds", 60, 1, 86400),
-        max_ttl=_as_int(settings, "max_ttl", 30 * 86400, 1, CASSANDRA_MAX_TTL - 2 * 86400 - 2),
+        max_ttl=_as_int(settings, "max_ttl", 30 * 86400, 1, CASSANDRA_MAX_TTL - TTL_SLACK),
         create_schema=_as_bool(settings, "create_schema", False),
         username=username,
         password=password,

@@ -5,6 +5,12 @@ index rows readers need to find the message *before* the message itself, then
 stores the messages in one statement or batch. Everything must land within
 the backend's write timeout of the ids being minted, because readers hide only
 that much of the newest data (invariant 2: no reader skips a message).
+
+Nothing follows the message write on the caller's path, so a write Cassandra
+applied is never reported as failed. A write that times out (``WriteTimeout``,
+or no answer in time) is genuinely unknown: Cassandra may still apply it (a
+logged batch is replayed from the batchlog), so its ``StorageUnavailable``
+means "outcome unknown", not "not stored".
 """
 
 from __future__ import annotations
@@ -45,11 +51,15 @@ class MessageWriter:
         )
         self._indexed_lock = threading.Lock()
 
-    def check_ttls(self, messages: Sequence[NewMessage]) -> None:
-        """``ValueError`` for a TTL Cassandra could not keep (see ``max_ttl``)."""
+    def check_ttls(self, messages: Sequence[NewMessage], max_ttl: int) -> None:
+        """``ValueError`` for a TTL Cassandra could not keep (see ``max_ttl``).
+
+        The service checks ``queuey.max_ttl`` against the backend's maximum at
+        start-up, so a request never gets here with a ttl too long.
+        """
         for m in messages:
-            if not 1 <= m.ttl <= self.config.max_ttl:
-                raise ValueError(f"ttl {m.ttl} outside 1..{self.config.max_ttl} ({PREFIX}max_ttl)")
+            if not 1 <= m.ttl <= max_ttl:
+                raise ValueError(f"ttl {m.ttl} outside 1..{max_ttl} ({PREFIX}max_ttl)")
 
     def put(
         self,

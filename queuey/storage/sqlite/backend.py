@@ -1,13 +1,13 @@
 """The SQLite backend: :class:`SQLiteStorage` and ``load_from_config``.
 
 Queues, reads, deletes, checkpoints and the expiry sweep; writes of messages
-go through :mod:`.group_commit`, connections through :mod:`.database`.
+go through :mod:`.group_commit`, connections through :mod:`.database`, and
+the sweep runs in the background (:mod:`.sweeper`), never on a request.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, replace
@@ -35,12 +35,26 @@ from queuey.storage.sqlite.schema import (
     row_to_queue,
     tiebreak,
 )
+from queuey.storage.sqlite.sweeper import Sweeper
+
+#: Largest TTL whose expiry (microseconds since the epoch) still fits SQLite's
+#: 64-bit INTEGER for every timestamp an id can carry.
+MAX_TTL = (2**63 - 1 - ids.MAX_MICROS) // ids.MICROS
+#: Expired rows deleted per transaction: the sweep releases the write lock
+#: between batches, so posts never wait long behind it.
+SWEEP_BATCH = 5000
 
 
 class SQLiteStorage(Storage):
-    """Queues, messages and checkpoints in one SQLite file."""
+    """Queues, messages and checkpoints in one SQLite file.
+
+    Expired rows are deleted by a background thread every ``sweep_interval``
+    seconds (0 turns it off), started on the first write and stopped by
+    :meth:`close`; which rows have expired is decided by ``clock``.
+    """
 
     write_timeout_seconds = 0.0
+    max_ttl = MAX_TTL
 
     def __init__(
         self,
@@ -53,9 +67,12 @@ class SQLiteStorage(Storage):
         self.clock = clock
         self.busy_timeout = busy_timeout
         self.sweep_interval = sweep_interval
-        self._last_sweep = time.monotonic()
         self._db = Database(self.path, busy_timeout)
         self._commits = GroupCommit(self._db, clock)
+        # A lambda, not the bound method: the sweep is looked up at each run.
+        self._sweeper = Sweeper(
+            lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
+        )
         self._db.run(self._create_schema)
 
     # -- connections ------------------------------------------------------------
@@ -145,9 +162,8 @@ class SQLiteStorage(Storage):
     # -- messages -----------------------------------------------------------------
     def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
         """Store messages; concurrent callers share one commit (see :mod:`.group_commit`)."""
-        stored = self._commits.put(queue, messages)
-        self._maybe_sweep()
-        return stored
+        self._sweeper.start()
+        return self._commits.put(queue, messages)
 
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
         descending = query.order == "descending"
@@ -230,20 +246,25 @@ class SQLiteStorage(Storage):
                 ],
             )
 
-    def _maybe_sweep(self) -> None:
-        """Delete expired rows now and then, off the read path."""
-        if time.monotonic() - self._last_sweep < self.sweep_interval:
-            return
-        self._last_sweep = time.monotonic()
-        self.sweep_expired()
-
     def sweep_expired(self) -> int:
-        """Delete every expired message; returns how many went."""
-        with self._db.write() as conn:
-            cursor = conn.execute(
-                "DELETE FROM messages WHERE expires <= ?", (self.clock.now_micros(),)
-            )
-            return cursor.rowcount
+        """Delete every message expired by now (``clock``); returns how many went.
+
+        Works in batches of :data:`SWEEP_BATCH`, one transaction each, and ends
+        early once the storage is closing.
+        """
+        now = self.clock.now_micros()
+        removed = 0
+        while True:
+            with self._db.write() as conn:
+                count = conn.execute(
+                    "DELETE FROM messages WHERE (incarnation, partition, ts, tiebreak) IN "
+                    "(SELECT incarnation, partition, ts, tiebreak FROM messages "
+                    "WHERE expires <= ? LIMIT ?)",
+                    (now, SWEEP_BATCH),
+                ).rowcount
+            removed += count
+            if count < SWEEP_BATCH or self._sweeper.stopping:
+                return removed
 
     # -- checkpoints --------------------------------------------------------------
     def get_checkpoints(self, application: str, queue: str, consumer: str) -> dict[int, uuid.UUID]:
@@ -278,15 +299,29 @@ class SQLiteStorage(Storage):
         self._db.run(lambda: self._reader().execute("SELECT 1").fetchone())
 
     def close(self) -> None:
+        self._sweeper.stop()
         self._db.close()
 
 
-def load_from_config(settings: Mapping[str, Any], clock: Clock) -> SQLiteStorage:
-    """Build the backend from ini settings (``queuey.sqlite.*``)."""
-    path = settings.get("queuey.sqlite.path", "var/queuey.sqlite3")
+def _number(settings: Mapping[str, Any], key: str, default: float) -> float:
+    value = settings.get(key, default)
     try:
-        busy = float(settings.get("queuey.sqlite.busy_timeout", 10))
-        sweep = float(settings.get("queuey.sqlite.sweep_interval", 60))
-    except ValueError as exc:
-        raise ConfigurationError("queuey.sqlite.busy_timeout", str(exc)) from exc
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(key, f"not a number: {value!r}") from None
+    if not 0 <= number < float("inf"):
+        raise ConfigurationError(key, f"must be a number of seconds, 0 or more: {value!r}")
+    return number
+
+
+def load_from_config(settings: Mapping[str, Any], clock: Clock) -> SQLiteStorage:
+    """Build the backend from ini settings (``queuey.sqlite.*``).
+
+    ``queuey.sqlite.sweep_interval`` (seconds, default 60; 0 turns the
+    background sweep off) and ``queuey.sqlite.busy_timeout`` (seconds a write
+    waits for another process holding the file's write lock, default 10).
+    """
+    path = settings.get("queuey.sqlite.path", "var/queuey.sqlite3")
+    busy = _number(settings, "queuey.sqlite.busy_timeout", 10.0)
+    sweep = _number(settings, "queuey.sqlite.sweep_interval", 60.0)
     return SQLiteStorage(path, clock, busy_timeout=busy, sweep_interval=sweep)

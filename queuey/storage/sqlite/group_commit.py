@@ -10,6 +10,7 @@ sharing one file keep the property too.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from queuey.errors import StorageUnavailable
 from queuey.storage import Message, NewMessage, QueueMeta
 from queuey.storage.sqlite.database import Database, unavailable
 from queuey.storage.sqlite.schema import tiebreak
+
+log = logging.getLogger(__name__)
 
 
 class WriteJob:
@@ -35,6 +38,26 @@ class WriteJob:
     def fail(self, error: StorageUnavailable) -> None:
         self.error = error
         self.stored = []
+
+    def outcome(self) -> list[Message]:
+        """The caller's answer: all its messages with ids, or an exception.
+
+        Never an empty or partial success, whatever happened in the group.
+        """
+        if self.error is not None:
+            raise self.error
+        if not self.done or len(self.stored) != len(self.messages):
+            raise StorageUnavailable("sqlite: the write was not completed", retry_after=1)
+        return self.stored
+
+
+def failed(exc: BaseException) -> StorageUnavailable:
+    """The error one caller sees for a write that did not commit (one per caller)."""
+    if isinstance(exc, sqlite3.Error):
+        return unavailable(exc)
+    error = StorageUnavailable(f"sqlite: write failed ({type(exc).__name__})", retry_after=1)
+    error.__cause__ = exc
+    return error
 
 
 class GroupCommit:
@@ -52,7 +75,9 @@ class GroupCommit:
 
         Each caller's messages go in under a savepoint of their own, so one
         caller's failure never touches another's, and a caller returns only
-        after the commit holding its messages is durable.
+        after the commit holding its messages is durable. Every caller gets
+        its ids or an exception: if the group's commit fails, for whatever
+        reason, every caller of the group gets that failure.
         """
         job = WriteJob(queue, messages)
         with self._pending_lock:
@@ -62,34 +87,58 @@ class GroupCommit:
                 with self._pending_lock:
                     jobs, self._pending = self._pending, []
                 self._commit_jobs(jobs)
-        if job.error is not None:
-            raise job.error
-        return job.stored
+        return job.outcome()
 
     def _commit_jobs(self, jobs: list[WriteJob]) -> None:
-        """Write every pending job in one transaction (caller holds the write lock)."""
+        """Write every pending job in one transaction (caller holds the write lock).
+
+        Resolves every job (ids or error) before returning, even when something
+        other than SQLite fails: a job left unresolved would be answered as an
+        empty success, and a transaction left open would hold SQLite's write
+        lock for good.
+        """
         conn = self.db.writer
         try:
             conn.execute("BEGIN IMMEDIATE")
             (last,) = conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()
             for job in jobs:
-                conn.execute("SAVEPOINT job")
-                try:
-                    last = self._insert(conn, job, last)
-                    conn.execute("RELEASE job")
-                except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    job.fail(unavailable(exc))
+                last = self._write_job(conn, job, last)
             conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (last,))
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        except BaseException as exc:
+            if not isinstance(exc, sqlite3.Error):
+                log.error("sqlite: group commit of %d writes failed", len(jobs), exc_info=exc)
+            self._roll_back(conn)
             for job in jobs:
-                job.fail(unavailable(exc))
-        for job in jobs:
-            job.done = True
+                job.fail(failed(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for job in jobs:
+                job.done = True
+
+    def _write_job(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
+        """One caller's messages under its own savepoint; a failure fails that caller only."""
+        conn.execute("SAVEPOINT job")
+        try:
+            last = self._insert(conn, job, last)
+            conn.execute("RELEASE job")
+        except Exception as exc:
+            if not isinstance(exc, sqlite3.Error):
+                log.error("sqlite: a write of %d messages failed", len(job.messages), exc_info=exc)
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+            job.fail(failed(exc))
+        return last
+
+    @staticmethod
+    def _roll_back(conn: sqlite3.Connection) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.error("sqlite: rollback after a failed group commit failed: %s", exc)
 
     def _insert(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """Mint ids after ``last`` and insert the job's messages; returns the new last."""

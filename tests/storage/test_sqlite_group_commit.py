@@ -1,0 +1,136 @@
+"""SQLite group commit: every caller of a group gets its ids or an error.
+
+Several posts waiting on the write lock are written by one leader in one
+commit. Whatever goes wrong in the leader's commit, no caller may be told
+"stored" (201) without ids, nor with ids of messages that never committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from queuey.errors import StorageUnavailable
+from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.storage.sqlite import SQLiteStorage
+from queuey.storage.sqlite.database import Database
+from queuey.storage.sqlite.group_commit import GroupCommit
+from queuey.storage.sqlite.schema import create_schema
+from tests.support import wait_until
+
+DEADLINE = 20.0
+
+
+class CommitFails:
+    """The writer connection with an injected non-SQLite failure on COMMIT
+    (an in-process stand-in for a bug in the leader's commit path)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            raise RuntimeError("injected failure in the leader's commit")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class FailsOnce:
+    """A clock that raises the first time it is read (then tells the time)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.failed = False
+
+    def now_micros(self) -> int:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("injected failure while minting ids")
+        return self.clock.now_micros()
+
+
+def _in_one_group(write_lock: threading.Lock, pending: Any, calls: list) -> list:
+    """Run ``calls`` concurrently so that they share one group commit.
+
+    Holds the write lock until every call is queued, so the first to get the
+    lock writes them all. Returns each call's outcome: its result or its error.
+    """
+    outcomes: list = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = calls[i]()
+        except Exception as exc:  # noqa: BLE001 - the outcome is what we check
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    with write_lock:
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(pending()) == len(calls), DEADLINE, "every call to be queued")
+    for t in threads:
+        t.join(DEADLINE)
+        assert not t.is_alive()
+    return outcomes
+
+
+def _ids_or_error(outcomes: list, sizes: list[int]) -> None:
+    for outcome, size in zip(outcomes, sizes, strict=True):
+        if isinstance(outcome, Exception):
+            continue
+        assert len(outcome) == size, f"a caller was answered 'stored' with {outcome!r}"
+
+
+@pytest.mark.unit
+def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock):
+    """In-process fault (the combiner alone, on a real SQLite file)."""
+    db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=5)
+    with db.write() as conn:
+        create_schema(conn)
+    commits = GroupCommit(db, clock)
+    queue = QueueMeta(application="a", name="q", partitions=2)
+    real = db.writer
+    db.writer = CommitFails(real)
+    batches = [[NewMessage("{}", 1, 60)], [NewMessage("{}", 2, 60), NewMessage("{}", 2, 60)]]
+    outcomes = _in_one_group(
+        db.write_lock,
+        lambda: commits._pending,
+        [lambda b=b: commits.put(queue, b) for b in batches],
+    )
+    _ids_or_error(outcomes, [len(b) for b in batches])
+    assert all(isinstance(o, StorageUnavailable) for o in outcomes), outcomes
+    # The failed group left nothing behind: the next write works and stands alone.
+    db.writer = real
+    (after,) = commits.put(queue, [NewMessage('{"after": 1}', 1, 60)])
+    assert real.execute("SELECT count(*) FROM messages").fetchone() == (1,)
+    assert after.body == '{"after": 1}'
+    db.close()
+
+
+def test_a_caller_failing_in_the_group_leaves_the_others_stored(tmp_path, clock):
+    """Through the backend: one caller's write fails in the leader's hands; the
+    others still get their ids, and exactly what was acknowledged is readable."""
+    store = SQLiteStorage(tmp_path / "db.sqlite3", clock, sweep_interval=0)
+    queue = store.create_queue(QueueMeta(application="a", name="q", partitions=3))
+    store._commits.clock = FailsOnce(clock)
+    batches = [[NewMessage('{"n": %d}' % n, 1 + n % 3, 60)] * (1 + n) for n in range(3)]
+    outcomes = _in_one_group(
+        store._db.write_lock,
+        lambda: store._commits._pending,
+        [lambda b=b: store.put_messages(queue, b) for b in batches],
+    )
+    _ids_or_error(outcomes, [len(b) for b in batches])
+    failed = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(failed) == 1, outcomes
+    acknowledged = {m.id for o in outcomes if not isinstance(o, Exception) for m in o}
+    later = store.put_messages(queue, [NewMessage("{}", 1, 60)])
+    acknowledged |= {m.id for m in later}
+    read = store.read_messages(
+        queue, ReadQuery(partitions=[1, 2, 3], now_micros=clock.now_micros(), limit=1000)
+    )
+    assert {m.id for m in read} == acknowledged
+    store.close()
