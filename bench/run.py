@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["api.py", "consumers.py", "spark.py"]
+BENCHMARKS = ["api.py", "consumers.py", "spark.py", "durability.py"]
 
 
 def run(script: str) -> dict:

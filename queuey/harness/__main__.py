@@ -1,6 +1,7 @@
 """Command line for the service harness (used by the Makefile and by hand).
 
 python -m queuey.harness cassandra start|stop|status [--nodes N] [--port P] [--base-dir DIR]
+    [--commitlog periodic[:MS]|group[:MS]|batch]
 python -m queuey.harness zookeeper start|stop|status [--port P] [--base-dir DIR]
 python -m queuey.harness stop-all
 python -m queuey.harness classpath cassandra|zookeeper
@@ -36,6 +37,7 @@ def _cassandra(args: argparse.Namespace) -> int:
             base_dir=args.base_dir,
             heap=args.heap,
             timeout=args.timeout,
+            commitlog=args.commitlog,
         )
         version = cassandra.cql_answers(cluster.nodes[0])
         print(
@@ -52,7 +54,8 @@ def _cassandra(args: argparse.Namespace) -> int:
         state = "up" if st.cql_ok else ("starting/unresponsive" if st.pid else "down")
         print(
             f"node{st.node.index} {st.node.address}:{st.node.native_port} {state} "
-            f"pid={st.pid or '-'} rss={_mib(st.rss_bytes)} dir={st.node.directory}"
+            f"pid={st.pid or '-'} rss={_mib(st.rss_bytes)} "
+            f"commitlog={st.commitlog or '-'} dir={st.node.directory}"
         )
     return 0 if all(st.cql_ok for st in statuses) else 3
 
@@ -117,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cas.add_argument("--base-dir", type=Path, help="node directories (default under var/)")
     cas.add_argument("--heap", help="JVM heap per node, e.g. 512m")
+    cas.add_argument(
+        "--commitlog",
+        help="commit-log sync: periodic[:MS], group[:MS] or batch (default: batch, "
+        "durable, on a single node and a cluster; $QUEUEY_CASSANDRA_COMMITLOG)",
+    )
     cas.add_argument(
         "--timeout",
         type=float,

@@ -14,18 +14,23 @@ import dataclasses
 import json
 import logging
 import os
-import string
 import time
 from pathlib import Path
 
-from queuey.harness import process
+from queuey.harness import cassandra_config, process
+from queuey.harness.cassandra_config import CommitLogSync
+from queuey.harness.cassandra_cql import (  # noqa: F401 - part of this module's API
+    PROTOCOL_VERSION,
+    connection_class,
+    cql_answers,
+    peers_of,
+)
 from queuey.harness.process import HarnessError
 
 log = logging.getLogger(__name__)
 
 ETC = process.ETC_DIR / "cassandra"
 POM = ETC / "pom.xml"
-YAML_TEMPLATE = ETC / "cassandra.yaml.in"
 JVM_OPTIONS = ETC / "jvm17-server.options"
 LOGBACK = ETC / "logback.xml"
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
@@ -35,9 +40,6 @@ CLUSTER_DEFAULTS = {"native": 19142, "storage": 17100, "jmx": 17200}
 SINGLE_HEAP = "512m"
 CLUSTER_HEAP = "384m"
 DEFAULT_TIMEOUT = 180.0
-# Cassandra 5.0's newest non-beta native protocol; pinning it spares the
-# driver's downgrade negotiation (and its warnings) on every connect.
-PROTOCOL_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,7 @@ class NodeStatus:
     pid: int | None
     cql_ok: bool
     rss_bytes: int | None
+    commitlog: CommitLogSync | None = None
 
 
 def cluster_spec(
@@ -127,100 +130,7 @@ def cluster_spec(
     return CassandraCluster(name=f"queuey-{name}", port=native, nodes=members, base_dir=base)
 
 
-# ------------------------------------------------------------------ CQL probes
-
-
-def connection_class() -> type:
-    """The driver's libev reactor: the asyncore one warns on Python 3.11+."""
-    from cassandra.io.libevreactor import LibevConnection
-
-    return LibevConnection
-
-
-def _query_node(node: CassandraNode, cql: str, timeout: float = 5.0) -> list[tuple]:
-    """Run one statement against exactly ``node`` and return the rows."""
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import WhiteListRoundRobinPolicy
-
-    profile = ExecutionProfile(
-        load_balancing_policy=WhiteListRoundRobinPolicy([node.address]), request_timeout=timeout
-    )
-    cluster = Cluster(
-        contact_points=[node.address],
-        port=node.native_port,
-        protocol_version=PROTOCOL_VERSION,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connection_class=connection_class(),
-        connect_timeout=timeout,
-        control_connection_timeout=timeout,
-        schema_metadata_enabled=False,
-        token_metadata_enabled=False,
-    )
-    try:
-        session = cluster.connect()
-        return [tuple(row) for row in session.execute(cql)]
-    finally:
-        cluster.shutdown()
-
-
-def cql_answers(node: CassandraNode) -> str | None:
-    """The node's release_version if it answers a real CQL query, else None."""
-    if not process.port_open(node.address, node.native_port):
-        return None
-    try:
-        rows = _query_node(node, "SELECT release_version FROM system.local")
-    except Exception as exc:  # noqa: BLE001 - any driver failure means "not answering"
-        log.debug("CQL probe of %s failed: %s", node.address, exc)
-        return None
-    return rows[0][0] if rows else None
-
-
-def peers_of(node: CassandraNode) -> set[str]:
-    """Addresses ``node`` lists in system.peers."""
-    return {str(row[0]) for row in _query_node(node, "SELECT peer FROM system.peers")}
-
-
 # ------------------------------------------------------------------ start/stop
-
-
-def _initial_token(index: int, count: int) -> int:
-    """Evenly spaced Murmur3 tokens, so an N-node ring is balanced without allocation."""
-    return -(2**63) + (2**64 // count) * (index - 1)
-
-
-def _render_config(cluster: CassandraCluster, node: CassandraNode) -> Path:
-    dirs = {
-        key: node.directory / key
-        for key in (
-            "data",
-            "commitlog",
-            "saved_caches",
-            "hints",
-            "cdc_raw",
-            "triggers",
-            "logs",
-            "conf",
-        )
-    }
-    for path in dirs.values():
-        path.mkdir(parents=True, exist_ok=True)
-    seed = cluster.nodes[0]
-    text = string.Template(YAML_TEMPLATE.read_text()).substitute(
-        cluster_name=cluster.name,
-        initial_token=_initial_token(node.index, len(cluster.nodes)),
-        seeds=f"{seed.address}:{seed.storage_port}",
-        address=node.address,
-        storage_port=node.storage_port,
-        native_port=node.native_port,
-        data_dir=dirs["data"],
-        commitlog_dir=dirs["commitlog"],
-        saved_caches_dir=dirs["saved_caches"],
-        hints_dir=dirs["hints"],
-        cdc_raw_dir=dirs["cdc_raw"],
-    )
-    config = dirs["conf"] / "cassandra.yaml"
-    config.write_text(text)
-    return config
 
 
 def _record(node: CassandraNode) -> None:
@@ -268,7 +178,10 @@ def _java_argv(node: CassandraNode, config: Path, classpath: list[Path], heap: s
         "-Dcom.sun.management.jmxremote.authenticate=false",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         "-Dcassandra.ring_delay_ms=1000",
-        "-Dcassandra.superuser_setup_delay_ms=0",
+        # The default role is set up in the background, retried after this
+        # delay while a peer is down: 0 spins a core (and floods the log)
+        # whenever a cluster node restarts with another node still down.
+        "-Dcassandra.superuser_setup_delay_ms=1000",
         "-Dcassandra.migration_task_wait_in_seconds=1",
         # Stopping announces shutdown to peers and then sleeps 2 s by default.
         "-Dcassandra.shutdown_announce_in_ms=200",
@@ -280,7 +193,12 @@ def _java_argv(node: CassandraNode, config: Path, classpath: list[Path], heap: s
 
 
 def _start_node(
-    cluster: CassandraCluster, node: CassandraNode, classpath: list[Path], heap: str, timeout: float
+    cluster: CassandraCluster,
+    node: CassandraNode,
+    classpath: list[Path],
+    heap: str,
+    timeout: float,
+    commitlog: CommitLogSync,
 ) -> None:
     """Start one node (unless already up) and wait until it answers CQL."""
     pid = process.running_pid(node.pidfile)
@@ -303,7 +221,7 @@ def _start_node(
                     "choose other ports (--port, --storage-port, --jmx-port or the "
                     "QUEUEY_CASSANDRA_* variables)"
                 )
-        config = _render_config(cluster, node)
+        config = cassandra_config.render(cluster, node, commitlog)
         _record(node)
         argv = _java_argv(node, config, classpath, heap)
         pid = process.start_detached(
@@ -353,19 +271,25 @@ def ensure_running(
     base_dir: Path | str | None = None,
     heap: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    commitlog: CommitLogSync | str | None = None,
 ) -> CassandraCluster:
     """Start the single node or an N-node cluster unless it already runs; wait until usable.
 
     Idempotent: nodes whose pidfile process is alive and answering CQL are left
-    alone. Nodes start one after another (Cassandra serialises joins); for a
-    cluster the call returns once every node answers CQL and lists all the
-    others in system.peers. ``timeout`` applies to each node and to the final
-    peers check. ``heap`` defaults to ``$QUEUEY_CASSANDRA_HEAP``, else 512m for
-    a single node and 384m per cluster node.
+    alone, so this also restarts the nodes of a cluster that died. Nodes start
+    one after another (Cassandra serialises joins); for a cluster the call
+    returns once every node answers CQL and lists all the others in
+    system.peers. ``timeout`` applies to each node and to the final peers
+    check. ``heap`` defaults to ``$QUEUEY_CASSANDRA_HEAP``, else 512m for a
+    single node and 384m per cluster node. ``commitlog`` (``periodic[:MS]``,
+    ``group[:MS]`` or ``batch``) defaults to the deployment's durable mode
+    (:func:`cassandra_config.commitlog_for`); a node already running keeps the
+    mode it was started with.
     """
     cluster = cluster_spec(
         nodes, port, storage_port=storage_port, jmx_port=jmx_port, base_dir=base_dir
     )
+    sync = cassandra_config.commitlog_for(nodes, commitlog)
     heap = (
         heap
         or os.environ.get("QUEUEY_CASSANDRA_HEAP")
@@ -374,11 +298,12 @@ def ensure_running(
     cluster.base_dir.mkdir(parents=True, exist_ok=True)
     with process.file_lock(cluster.base_dir / "harness.lock"):
         if _already_up(cluster):
+            _warn_other_commitlog(cluster, sync)
             return cluster
         classpath = process.resolve_classpath(POM, name="cassandra")
         started = time.monotonic()
         for node in cluster.nodes:
-            _start_node(cluster, node, classpath, heap, timeout)
+            _start_node(cluster, node, classpath, heap, timeout, sync)
             log.info(
                 "node%d (%s) answers CQL after %.1fs",
                 node.index,
@@ -394,6 +319,42 @@ def ensure_running(
             )
         log.info("%s ready in %.1fs", cluster.name, time.monotonic() - started)
     return cluster
+
+
+def _warn_other_commitlog(cluster: CassandraCluster, wanted: CommitLogSync) -> None:
+    for node in cluster.nodes:
+        running = cassandra_config.rendered_commitlog(node)
+        if running != wanted:
+            log.warning(
+                "node%d runs with commit-log sync %s, not %s; restart it to change",
+                node.index,
+                running,
+                wanted,
+            )
+
+
+def kill_node(node: CassandraNode, timeout: float = 30.0) -> bool:
+    """Crash one node we started (SIGKILL: no flush, no last commit-log sync) and
+    wait until it is gone; for fault tests. False if it was not running."""
+    killed = process.kill_process(node.pidfile, timeout=timeout)
+    _wait_ports_closed(node, timeout)
+    return killed
+
+
+def _wait_ports_closed(node: CassandraNode, timeout: float) -> None:
+    """A JVM may show as dead while its threads still hold its sockets; wait
+    until they are closed, so the node (or another) can bind them at once."""
+    addresses = [
+        (node.address, node.native_port),
+        (node.address, node.storage_port),
+        ("127.0.0.1", node.jmx_port),
+    ]
+    process.wait_for(
+        lambda: not any(process.port_open(host, port, timeout=0.2) for host, port in addresses),
+        timeout=timeout,
+        interval=0.05,
+        what=f"node{node.index}'s ports to close",
+    )
 
 
 def _peers_complete(cluster: CassandraCluster) -> bool:
@@ -422,7 +383,10 @@ def stop(nodes: int = 1, *, base_dir: Path | str | None = None, timeout: float =
     cluster = cluster_spec(nodes, base_dir=base_dir)
     with process.file_lock(cluster.base_dir / "harness.lock"):
         pidfiles = sorted(cluster.base_dir.glob("node*/cassandra.pid"))
+        live = [_recorded(n) for n in cluster.nodes if process.running_pid(n.pidfile)]
         stopped = process.stop_processes(pidfiles, timeout=timeout)
+        for node in live:
+            _wait_ports_closed(node, timeout)
     log.info("stopped %d node(s) under %s", stopped, cluster.base_dir)
     return stopped
 
@@ -443,6 +407,7 @@ def status(
                 pid=pid,
                 cql_ok=pid is not None and cql_answers(node) is not None,
                 rss_bytes=process.rss_bytes(pid) if pid else None,
+                commitlog=cassandra_config.rendered_commitlog(node),
             )
         )
     return result

@@ -344,6 +344,28 @@ def stop_processes(pidfiles: Sequence[Path], *, timeout: float = 30.0) -> int:
     return len(records)
 
 
+def kill_process(pidfile: Path, *, timeout: float = 30.0) -> bool:
+    """SIGKILL our recorded process at once, as a crash would; wait until it is gone.
+
+    For fault tests. Returns False (and drops the pidfile) if it was not running;
+    like :func:`stop_processes`, only the exact recorded process is signalled.
+    """
+    record = PidRecord.load(pidfile)
+    if record is None or running_pid(pidfile) != record.pid:
+        pidfile.unlink(missing_ok=True)
+        return False
+    log.info("killing pid %d (SIGKILL)", record.pid)
+    _signal(record.pid, signal.SIGKILL)
+    wait_for(
+        lambda: process_start_time(record.pid) != record.start_time,
+        timeout=timeout,
+        interval=0.05,
+        what=f"pid {record.pid} to die after SIGKILL",
+    )
+    pidfile.unlink(missing_ok=True)
+    return True
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
