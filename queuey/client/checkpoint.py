@@ -7,6 +7,11 @@ group keeps one per partition in a persistent ZooKeeper node
 compare-and-set on the node's version (see :class:`queuey.client.lease.PartitionLease`).
 A group may also mirror its checkpoints to the HTTP checkpoint API and read
 them from there when ZooKeeper has none (:class:`CheckpointStore`).
+
+A checkpoint that cannot be read is never taken for "no checkpoint", which
+would send the partition back to its beginning: reading it raises
+:class:`CheckpointUnavailable` and the partition is not consumed until it
+can be read.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from queuey.client.errors import ClientError
 from queuey.client.http import QueueyClient
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointUnavailable(Exception):
+    """A partition's checkpoint exists or may exist, but could not be read."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +92,20 @@ class CheckpointStore:
         return f"{self.base}/checkpoints/{key[0]}/{key[1]}"
 
     def read(self, zk: KazooClient, key: Partition) -> tuple[Checkpoint | None, int | None]:
-        """A partition's checkpoint and its node's version (None while there is no node)."""
+        """A partition's checkpoint and its node's version (None while there is no node).
+
+        The checkpoint is None only when there certainly is none. Raises
+        :class:`CheckpointUnavailable` when the node holds something
+        unreadable or the mirror could not be asked.
+        """
         try:
             data, stat = zk.get(self.path(key))
         except NoNodeError:
             return self._read_mirror(key), None
-        return Checkpoint.from_bytes(data), stat.version
+        checkpoint = Checkpoint.from_bytes(data)
+        if checkpoint is None:
+            raise CheckpointUnavailable(f"the checkpoint node of {key[0]}:{key[1]} is unreadable")
+        return checkpoint, stat.version
 
     def read_queue(self, zk: KazooClient, queue_name: str) -> dict[int, Checkpoint]:
         """Every partition's checkpoint for a queue, from ZooKeeper."""
@@ -134,12 +151,23 @@ class CheckpointStore:
             log.warning("mirroring the checkpoint of %s:%s failed: %s", *key, exc)
 
     def _read_mirror(self, key: Partition) -> Checkpoint | None:
+        """The mirrored checkpoint; :class:`CheckpointUnavailable` if the API failed.
+
+        The client already retried the ``GET`` (bounded, with backoff), so an
+        error here is reported, not retried.
+        """
         if self.mirror is None:
             return None
         client, consumer = self.mirror
         try:
             found = client.get_checkpoints(key[0], consumer).get(key[1])
         except ClientError as exc:
-            log.warning("reading the mirrored checkpoint of %s:%s failed: %s", *key, exc)
-            return None
-        return Checkpoint.for_id(found) if found else None
+            raise CheckpointUnavailable(
+                f"reading the mirrored checkpoint of {key[0]}:{key[1]} failed: {exc}"
+            ) from exc
+        try:
+            return Checkpoint.for_id(found) if found else None
+        except ValueError as exc:
+            raise CheckpointUnavailable(
+                f"the mirrored checkpoint of {key[0]}:{key[1]} is unreadable: {found!r}"
+            ) from exc

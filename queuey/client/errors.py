@@ -17,6 +17,14 @@ class ClientError(Exception):
 
     ``status`` is the HTTP status (None when no answer came) and ``error_msg``
     the server's ``{"field or reason": "message"}`` dict.
+
+    ``outcome_unknown`` is True when the call may have taken effect although
+    it failed: it reached the service and no answer came, or a ``5xx`` came
+    (a write that timed out may still have been applied). The client never
+    sends such a ``POST`` again by itself, since that could store a message
+    twice; the caller decides (read back, or post again and accept a
+    duplicate). False when the call certainly did nothing (a ``4xx``, or no
+    node could be reached).
     """
 
     def __init__(
@@ -25,10 +33,12 @@ class ClientError(Exception):
         *,
         status: int | None = None,
         error_msg: Mapping[str, str] | None = None,
+        outcome_unknown: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.error_msg: dict[str, str] = dict(error_msg or {})
+        self.outcome_unknown = outcome_unknown
 
 
 class BadRequest(ClientError):
@@ -56,7 +66,7 @@ class TooLarge(ClientError):
 
 
 class Unavailable(ClientError):
-    """503 after every retry, or no API node could be reached."""
+    """503 (after every retry the method allows), no answer, or no API node reachable."""
 
 
 _BY_STATUS: dict[int, type[ClientError]] = {

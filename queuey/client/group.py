@@ -47,7 +47,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from queuey.client.assignment import Partition, assign
-from queuey.client.checkpoint import Checkpoint, CheckpointStore
+from queuey.client.checkpoint import Checkpoint, CheckpointStore, CheckpointUnavailable
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
 from queuey.client.member import GroupMember
@@ -335,7 +335,13 @@ class ConsumerGroup(GroupMember):
                 if zk.exists(path, watch=self._on_owner_event) is None:
                     self._events.put(("reconcile", None))
                 return
-        committed, version = self.checkpoints.read(self.zk, key)
+        try:
+            committed, version = self.checkpoints.read(self.zk, key)
+        except CheckpointUnavailable as exc:
+            # Never start over from the beginning: let the partition go and try later.
+            log.warning("group %s: not consuming %s:%s yet: %s", self.group, *key, exc)
+            self._delete_owner(key, self._session)
+            return
         lease = PartitionLease(self, key, self._session, committed, version)
         with self._leases_lock:
             self._leases[key] = lease
@@ -361,13 +367,17 @@ class ConsumerGroup(GroupMember):
     def _give_up(self, lease: PartitionLease) -> None:
         if lease.dirty and self._running.is_set() and self._session == lease.session:
             lease._commit_held()
+        self._delete_owner(lease.key, lease.session)
+
+    def _delete_owner(self, key: Partition, session: int | None) -> None:
+        """Delete a partition's owner node if ``session`` holds it."""
         try:
-            _, stat = self.zk.get(self._owner_path(lease.key))
+            _, stat = self.zk.get(self._owner_path(key))
         except NoNodeError:
             return
-        if stat.ephemeralOwner == lease.session:
+        if stat.ephemeralOwner == session:
             with contextlib.suppress(NoNodeError):
-                self.zk.delete(self._owner_path(lease.key), version=stat.version)
+                self.zk.delete(self._owner_path(key), version=stat.version)
 
     def _leave(self) -> None:
         """Delete the member node first (others start rebalancing), then release all."""

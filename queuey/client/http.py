@@ -1,12 +1,15 @@
 """The HTTP client: one object per application, talking to one or more API nodes.
 
 :class:`QueueyClient` holds a pooled :class:`requests.Session` and a list of
-API node URLs. Each request has its own timeout. On one node, calls are retried
-by urllib3 as :mod:`queuey.client.retry` describes (503 for every method;
-errors after sending only for idempotent methods). On top of that the client
-fails over: when a node cannot be reached at all (nothing was sent), it waits
-(full jitter) and moves on to the next URL, for every method, at most
-``retries`` times per call; it then stays on the node that answered.
+API node URLs. Each request has its own timeout. On one node, idempotent
+calls are retried by urllib3 as :mod:`queuey.client.retry` describes (on
+``503`` and on errors after sending). On top of that the client fails over:
+when a node cannot be reached at all (nothing was sent), it waits (full
+jitter) and moves on to the next URL, for every method, at most ``retries``
+times per call; it then stays on the node that answered. A node that took a
+call and never answered (it hangs, or died mid-call) is left too: the next
+call starts at the next URL. A ``POST`` that may have reached the service is
+never sent again: its error says ``outcome_unknown``.
 
 Every error answer becomes a typed :class:`~queuey.client.errors.ClientError`
 carrying the server's ``error_msg`` dict.
@@ -34,7 +37,7 @@ from queuey.client.models import (
     given,
     timestamp_param,
 )
-from queuey.client.retry import IDEMPOTENT, ClientRetry, full_jitter
+from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, full_jitter, retry_after
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
 
@@ -266,8 +269,22 @@ class QueueyClient:
         *,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+        repeatable: bool | None = None,
     ) -> dict:
-        """Send one call, failing over to the next node while none can be reached."""
+        """Send one call, failing over to the next node while none can be reached.
+
+        ``repeatable``: whether the call may be sent again once it may have
+        reached the service; by default, whether its method is idempotent.
+        urllib3 repeats those on the same node after a ``503``; after a lost
+        answer they go to the next node here. A ``POST`` is repeatable only when
+        it carries an idempotency key (the hook for the ``dedup_id`` of the
+        next release): it is then repeated here, on a ``503`` or a lost answer,
+        at most ``retries`` times in all. Any other ``POST`` is sent again only
+        if it certainly never left; otherwise the error says ``outcome_unknown``.
+        """
+        if repeatable is None:
+            repeatable = method in IDEMPOTENT
+        repeat_here = repeatable and method not in IDEMPOTENT
         attempt = 0
         while True:
             base = self.urls[self._current % len(self.urls)]
@@ -276,19 +293,45 @@ class QueueyClient:
                     method, base + path, params=params, json=json, timeout=self.timeout
                 )
             except (requests.Timeout, requests.ConnectionError) as exc:
-                if not _never_sent(exc):
-                    raise _sent_and_failed(method, path, base, exc) from exc
-                if attempt >= self.retries:
-                    raise Unavailable(f"{method} {path}: cannot connect to {base} ({exc})") from exc
+                if _never_sent(exc):
+                    if attempt >= self.retries:
+                        raise Unavailable(
+                            f"{method} {path}: cannot connect to {base} ({exc})"
+                        ) from exc
+                    self._current += 1  # fail over to the next node
+                    reason = f"cannot connect to {base}"
+                elif repeatable and attempt < self.retries:
+                    self._current += 1  # a node that took the call and never answered is left
+                    reason = f"{exc.__class__.__name__} from {base}"
+                else:
+                    self._current += 1  # so the next call does not wait on a hung node again
+                    raise _sent_and_failed(method, path, base, exc, repeatable) from exc
+                delay = full_jitter(attempt, self.backoff, self.max_backoff)
+            except requests.RequestException as exc:
+                # The answer came but broke off (a truncated body, a bad encoding).
+                if not (repeat_here and attempt < self.retries):
+                    raise _sent_and_failed(method, path, base, exc, repeatable) from exc
+                reason = f"{exc.__class__.__name__} from {base}"
+                delay = full_jitter(attempt, self.backoff, self.max_backoff)
             else:
-                return _decode(method, path, response)
-            self._current += 1  # fail over to the next node
-            delay = full_jitter(attempt, self.backoff, self.max_backoff)
+                if not (
+                    repeat_here
+                    and response.status_code in RETRY_STATUSES
+                    and attempt < self.retries
+                ):
+                    return _decode(method, path, response, repeatable)
+                reason = f"HTTP {response.status_code} from {base}"
+                named = retry_after(response.headers)
+                delay = (
+                    full_jitter(attempt, self.backoff, self.max_backoff)
+                    if named is None
+                    else min(named, self.max_backoff)
+                )
             log.warning(
-                "%s %s: cannot connect to %s; retry %d/%d in %.2fs",
+                "%s %s: %s; retry %d/%d in %.2fs",
                 method,
                 path,
-                base,
+                reason,
                 attempt + 1,
                 self.retries,
                 delay,
@@ -323,36 +366,42 @@ def _never_sent(exc: requests.RequestException) -> bool:
 
 
 def _sent_and_failed(
-    method: str, path: str, base: str, exc: requests.RequestException
+    method: str, path: str, base: str, exc: requests.RequestException, repeatable: bool
 ) -> Unavailable:
-    """The error for a call whose answer never came; urllib3 retried it if it could."""
-    if method not in IDEMPOTENT:
+    """The error for a call whose answer never came after it was (maybe) sent."""
+    if not repeatable:
         return Unavailable(
             f"{method} {path}: {exc.__class__.__name__} after the request was "
-            "sent; not retried since it may have taken effect"
+            "sent; not retried since it may have taken effect",
+            outcome_unknown=True,
         )
-    return Unavailable(f"{method} {path}: {exc.__class__.__name__} from {base} ({exc})")
+    return Unavailable(
+        f"{method} {path}: {exc.__class__.__name__} from {base} ({exc})", outcome_unknown=True
+    )
 
 
-def _decode(method: str, path: str, response: requests.Response) -> dict:
+def _decode(method: str, path: str, response: requests.Response, repeatable: bool) -> dict:
     if response.status_code >= 400:
-        raise _error(method, path, response)
+        raise _error(method, path, response, repeatable)
     try:
         data = response.json()
     except ValueError as exc:
         raise ClientError(
             f"{method} {path}: answer is not JSON (HTTP {response.status_code})",
             status=response.status_code,
+            outcome_unknown=True,
         ) from exc
     if not isinstance(data, dict) or data.get("status") != "ok":
         raise ClientError(
             f"{method} {path}: unexpected answer {str(data)[:200]!r}",
             status=response.status_code,
+            outcome_unknown=True,
         )
     return data
 
 
-def _error(method: str, path: str, response: requests.Response) -> ClientError:
+def _error(method: str, path: str, response: requests.Response, repeatable: bool) -> ClientError:
+    """The typed error of an error answer; a ``5xx`` leaves the outcome unknown."""
     error_msg: dict[str, str] = {}
     try:
         data = response.json()
@@ -362,8 +411,11 @@ def _error(method: str, path: str, response: requests.Response) -> ClientError:
         error_msg = {str(k): str(v) for k, v in data["error_msg"].items()}
     cls = error_for_status(response.status_code)
     detail = "; ".join(f"{k}: {v}" for k, v in error_msg.items()) or response.reason
+    unknown = response.status_code >= 500
+    note = "; not retried since it may have taken effect" if unknown and not repeatable else ""
     return cls(
-        f"{method} {path}: HTTP {response.status_code}: {detail}",
+        f"{method} {path}: HTTP {response.status_code}: {detail}{note}",
         status=response.status_code,
         error_msg=error_msg,
+        outcome_unknown=unknown,
     )

@@ -12,6 +12,13 @@ has stopped before its owner nodes vanish and another member may take them.
 After a session is lost the member builds a new ZooKeeper client (a new
 *generation*) and joins again, with nothing owned.
 
+Every one of those times is the session timeout ZooKeeper *granted*, not the
+one asked for: the server clamps the request between its
+``minSessionTimeout`` and ``maxSessionTimeout`` (by default 2 and 20 ticks),
+so a member asking for more than the maximum would otherwise go on working
+after its session expired. The granted value comes with every (re)connect
+and is recorded each time (:attr:`GroupMember.negotiated_session_timeout`).
+
 :class:`GroupMember` holds that client, the member node and those rules; the
 consumer group (:class:`queuey.client.group.ConsumerGroup`) adds what the member
 owns. kazoo's listener must not block, so state changes are only recorded
@@ -33,6 +40,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError
+from kazoo.protocol.serialization import Connect
 from kazoo.retry import KazooRetry
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,61 @@ class GroupMember:
         self._confirmed = 0.0
         self._fresh_for = session_timeout * 2 / 3
         self._heartbeater: threading.Thread | None = None
+        #: The session timeout ZooKeeper granted at the last (re)connect (None before).
+        self.negotiated_session_timeout: float | None = None
+
+    @property
+    def effective_session_timeout(self) -> float:
+        """The granted session timeout, or the requested one before any was granted."""
+        return self.negotiated_session_timeout or self.session_timeout
+
+    @property
+    def pause_after(self) -> float:
+        """Seconds without an answer from ZooKeeper after which the member pauses."""
+        return self._fresh_for
+
+    def _granted(self, generation: int, seconds: float) -> None:
+        """Record the session timeout of a (re)connect; the pause deadline follows it."""
+        if generation != self._generation or seconds <= 0:
+            return
+        if seconds != self.negotiated_session_timeout and seconds != self.session_timeout:
+            log.warning(
+                "group %s: asked for a %.1fs session, ZooKeeper granted %.1fs",
+                self.group,
+                self.session_timeout,
+                seconds,
+            )
+        self.negotiated_session_timeout = seconds
+        self._fresh_for = seconds * 2 / 3
+
+    def _record_negotiation(self, zk: KazooClient, generation: int) -> None:
+        """Have ``zk`` report the session timeout the server grants at each connect.
+
+        kazoo reads it from the server's connect answer and paces its own pings
+        by it, but keeps it to itself (``KazooClient._session_timeout`` stays
+        the requested value, kazoo 2.10-2.11). The only place it passes through
+        is the connection's ``_invoke``, which returns that answer; wrapping it
+        records the value before kazoo reports the connection.
+        """
+        connection = getattr(zk, "_connection", None)
+        invoke = getattr(connection, "_invoke", None)
+        if invoke is None:
+            log.warning(
+                "group %s: cannot learn the granted session timeout from this kazoo; "
+                "trusting the requested %.1fs",
+                self.group,
+                self.session_timeout,
+            )
+            return
+
+        def recording(timeout: float, request: Any, xid: int | None = None) -> Any:
+            result = invoke(timeout, request, xid=xid)
+            if isinstance(request, Connect) and isinstance(result, tuple):
+                granted = getattr(result[0], "time_out", 0)
+                self._granted(generation, granted / 1000.0)
+            return result
+
+        connection._invoke = recording
 
     def _start_heartbeat(self) -> None:
         self._heartbeater = threading.Thread(
@@ -148,6 +211,7 @@ class GroupMember:
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
         )
         zk.add_listener(lambda state: self._on_state(generation, state))
+        self._record_negotiation(zk, generation)
         try:
             zk.start(timeout=timeout)
         except Exception:
@@ -223,7 +287,7 @@ class GroupMember:
         self._notify()
 
     def _heartbeat(self) -> None:
-        """Confirm the session is alive every sixth of the session timeout.
+        """Confirm the session is alive every sixth of the (granted) session timeout.
 
         kazoo notices a dead connection only by an unanswered *ping*, and every
         request counts as a ping, so a member busy with ZooKeeper could go on
@@ -233,14 +297,13 @@ class GroupMember:
         after we sent it, cannot have expired the session yet. One request at
         a time, so this never hides a dead connection from kazoo for long.
         """
-        interval = self.session_timeout / 6
-        while not self._stopping.wait(interval):
+        while not self._stopping.wait(self.effective_session_timeout / 6):
             zk, generation = self.zk, self._generation
             if zk is None or not zk.connected:
                 continue
             sent = time.monotonic()
             try:
-                zk.exists_async(self.base).get(timeout=self.session_timeout)
+                zk.exists_async(self.base).get(timeout=self.effective_session_timeout)
             except Exception:  # noqa: BLE001 - any failure just leaves the session unconfirmed
                 continue
             if generation == self._generation:

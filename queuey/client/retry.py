@@ -4,17 +4,27 @@ Retries on one API node are urllib3's: :class:`ClientRetry` is the
 :class:`urllib3.util.retry.Retry` mounted on the client's
 :class:`requests.adapters.HTTPAdapter`, so they happen inside one
 ``session.request``. The client adds only the fail-over across nodes on top
-(:mod:`queuey.client.http`). The rules:
+(:mod:`queuey.client.http`). The rule is that a call is sent again only when
+that cannot change its effect:
 
-* ``503`` is retried for every method: the service says it did nothing. The
-  wait is the answer's ``Retry-After`` (seconds), capped at ``max_backoff``.
-* An error once the connection was made (a read timeout, a dropped
-  connection) is retried only for idempotent methods (``GET``, ``HEAD``,
-  ``PUT``, ``DELETE``, ``OPTIONS``). ``POST`` is not: the message may have been
-  stored, and posting it again would duplicate it.
-* A connection that could not be made (refused, connect timeout: nothing was
-  sent) is not retried here (``connect=0``) but surfaces at once, and the
-  client fails over to the next node, for every method.
+* Idempotent methods (``GET``, ``HEAD``, ``PUT``, ``DELETE``, ``OPTIONS``) are
+  retried on ``503`` on the same node; the wait is the answer's
+  ``Retry-After`` (seconds), capped at ``max_backoff``. An error once the
+  connection was made (a read timeout, a dropped connection) is not retried
+  on that node (``read=0``): the client sends the call to the next node, so a
+  hung node costs one timeout, not ``retries`` of them.
+* ``POST`` is never retried once it may have reached the service: not after a
+  read timeout, not after a reset, not after any answer, ``503`` included. A
+  ``503`` may come after the write was applied (a Cassandra write timeout is
+  not a failure to write), so posting again could store the message twice.
+  The error surfaces with ``outcome_unknown=True``
+  (:class:`~queuey.client.errors.ClientError`). A ``POST`` carrying an
+  idempotency key is the exception: the client repeats it itself
+  (``repeatable=True`` in :meth:`queuey.client.http.QueueyClient._request`).
+* A connection that could not be made (refused, connect timeout, a name that
+  does not resolve: nothing was sent) is not retried here (``connect=0``) but
+  surfaces at once, and the client fails over to the next node, for every
+  method.
 * Other answers, ``4xx`` included, are never retried.
 
 Without ``Retry-After``, the wait before retry number ``n`` (from 0) is full
@@ -28,7 +38,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from urllib3.response import BaseHTTPResponse
@@ -38,13 +48,24 @@ log = logging.getLogger(__name__)
 
 #: Methods that may be sent twice with the effect of once.
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-#: Statuses retried for every method.
+#: Statuses retried for idempotent methods (and posts with an idempotency key).
 RETRY_STATUSES = frozenset({503})
 
 
 def full_jitter(attempt: int, backoff: float, max_backoff: float) -> float:
     """The wait before retry ``attempt`` (0 for the first) when the server named none."""
     return random.uniform(0, min(max_backoff, backoff * 2**attempt))
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` in seconds (fractions allowed); None if absent or unreadable."""
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
 
 
 class ClientRetry(Retry):
@@ -65,6 +86,7 @@ class ClientRetry(Retry):
         return cls(
             total=retries,
             connect=0,
+            read=0,
             status_forcelist=RETRY_STATUSES,
             allowed_methods=IDEMPOTENT,
             backoff_factor=backoff,
@@ -78,8 +100,11 @@ class ClientRetry(Retry):
         return super().new(pause=self.pause, **kwargs)
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
-        """Retry a listed status whatever the method (``allowed_methods`` gates errors only)."""
-        return status_code in self.status_forcelist
+        """Retry a listed status, and only for a method that may be sent twice.
+
+        urllib3's own rule would also retry ``413``/``429`` with ``Retry-After``.
+        """
+        return status_code in self.status_forcelist and self._is_method_retryable(method)
 
     def increment(
         self,
@@ -105,13 +130,7 @@ class ClientRetry(Retry):
 
     def get_retry_after(self, response: BaseHTTPResponse) -> float | None:
         """``Retry-After`` in seconds (fractions allowed); None if absent or unreadable."""
-        value = response.headers.get("Retry-After")
-        if not value:
-            return None
-        try:
-            return float(value)
-        except ValueError:
-            return None
+        return retry_after(response.headers)
 
     def get_backoff_time(self) -> float:
         return full_jitter(max(0, len(self.history) - 1), self.backoff_factor, self.backoff_max)

@@ -29,6 +29,7 @@ from queuey.client import (
     Worker,
     WorkerConfig,
 )
+from tests.support import LiveServer, start_live_server
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,6 +111,10 @@ def make_group(zookeeper_chroot) -> Iterator[Callable[..., ConsumerGroup]]:
 
 
 def worker_settings(live_server, hosts: str, queues: str, **worker) -> dict[str, dict[str, str]]:
+    """A worker's ini sections; ``zookeeper_root`` goes to ``[zookeeper] root``."""
+    zookeeper = {"hosts": hosts, "session_timeout": str(SESSION_TIMEOUT)}
+    if "zookeeper_root" in worker:
+        zookeeper["root"] = str(worker.pop("zookeeper_root"))
     section = {
         "group": "testers",
         "queues": queues,
@@ -130,7 +135,7 @@ def worker_settings(live_server, hosts: str, queues: str, **worker) -> dict[str,
             "key": live_server.key,
             "retries": "3",
         },
-        "zookeeper": {"hosts": hosts, "session_timeout": str(SESSION_TIMEOUT)},
+        "zookeeper": zookeeper,
         "worker": section,
     }
 
@@ -274,3 +279,66 @@ def post_numbered(client: QueueyClient, queue: str, start: int, count: int, part
         ]
         posted.extend(client.post_batch(queue, batch))
     return posted
+
+
+class FaultInjector:
+    """WSGI middleware over the real app that answers 503 to chosen requests.
+
+    ``fail(method, path_part, after=...)``: requests of ``method`` whose path
+    contains ``path_part`` get a 503 with ``Retry-After: 0``; with
+    ``after=True`` the real app handles the request first (it is stored, and
+    only the answer is lost, as when a write timed out yet was applied).
+    ``hits`` counts the requests answered 503; ``heal()`` stops failing.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.rule: tuple[str, str, bool] | None = None
+        self.hits = 0
+        self.lock = threading.Lock()
+
+    def fail(self, method: str, path_part: str, after: bool = False) -> None:
+        self.rule = (method, path_part, after)
+
+    def heal(self) -> None:
+        self.rule = None
+
+    def __call__(self, environ, start_response):
+        rule = self.rule
+        if (
+            rule is None
+            or environ["REQUEST_METHOD"] != rule[0]
+            or rule[1] not in environ.get("PATH_INFO", "")
+        ):
+            return self.app(environ, start_response)
+        if rule[2]:
+            answer = self.app(environ, lambda *args, **kwargs: None)
+            try:
+                for _ in answer:
+                    pass
+            finally:
+                if hasattr(answer, "close"):
+                    answer.close()
+        with self.lock:
+            self.hits += 1
+        body = json.dumps({"status": "error", "error_msg": {"storage": "injected"}}).encode()
+        start_response(
+            "503 Service Unavailable",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Retry-After", "0"),
+            ],
+        )
+        return [body]
+
+
+@pytest.fixture
+def faulty_server(live_server) -> Iterator[LiveServer]:
+    """A second waitress over the live server's app, through a :class:`FaultInjector`
+    (``faulty_server.injector``); same storage, so both see the same queues."""
+    injector = FaultInjector(live_server.app)
+    server = start_live_server(injector, live_server.application)
+    server.injector = injector  # type: ignore[attr-defined]
+    yield server
+    server.stop()

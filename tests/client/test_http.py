@@ -122,16 +122,66 @@ POSTED = {
 }
 
 
+INFO = {"status": "ok", "queue_name": "q", "partitions": 2}
+
+
 @pytest.mark.unit
 def test_503_is_retried_honouring_retry_after_up_to_max_backoff(scripted):
     scripted.answer(503, UNAVAILABLE, {"Retry-After": "0.03"})
     scripted.answer(503, UNAVAILABLE, {"Retry-After": "30"})
-    scripted.answer(201, POSTED)
+    scripted.answer(200, INFO)
     client = make_client(scripted.url, max_backoff=0.2)
-    posted = client.post("q", {"a": 1})
-    assert posted.message_id == "a" * 32
+    assert client.queue_info("q").partitions == 2
     assert client.sleeps == [0.03, 0.2]
     assert len(scripted.requests) == 3
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("method", ["post", "post_batch", "create_queue"])
+def test_a_post_answered_503_is_sent_once_and_its_outcome_is_unknown(scripted, method):
+    """A 503 may come after the write was applied: posting again could store it twice."""
+    scripted.answer(503, UNAVAILABLE, {"Retry-After": "0"})
+    scripted.answer(201, POSTED)
+    client = make_client(scripted.url, retries=3)
+    call = {
+        "post": lambda: client.post("q", {"a": 1}),
+        "post_batch": lambda: client.post_batch("q", [{"a": 1}]),
+        "create_queue": lambda: client.create_queue("q"),
+    }[method]
+    with pytest.raises(Unavailable) as info:
+        call()
+    assert len(scripted.requests) == 1, "sent once"
+    assert info.value.outcome_unknown is True
+    assert info.value.status == 503 and info.value.error_msg == {"storage": "unavailable"}
+    assert client.sleeps == []
+
+
+@pytest.mark.unit
+def test_a_post_with_an_idempotency_key_may_be_retried_after_a_503(scripted):
+    """The hook the dedup_id of the next release uses: a keyed post is safe to repeat."""
+    scripted.answer(503, UNAVAILABLE, {"Retry-After": "0.01"})
+    scripted.answer(201, POSTED)
+    client = make_client(scripted.url, retries=3)
+    data = client._request("POST", "/queue/q", json={"a": 1}, repeatable=True)
+    assert data["messages"][0]["message_id"] == "a" * 32
+    assert len(scripted.requests) == 2 and client.sleeps == [0.01]
+
+
+@pytest.mark.unit
+def test_a_rejected_post_has_a_known_outcome(scripted):
+    scripted.answer(400, {"status": "error", "error_msg": {"ttl": "too large"}})
+    client = make_client(scripted.url)
+    with pytest.raises(BadRequest) as info:
+        client.post("q", {"a": 1}, ttl=10**9)
+    assert info.value.outcome_unknown is False
+
+
+@pytest.mark.unit
+def test_a_post_no_node_accepted_has_a_known_outcome():
+    client = make_client([refused_url()], retries=1)
+    with pytest.raises(Unavailable) as info:
+        client.post("q", {"a": 1})
+    assert info.value.outcome_unknown is False, "never sent: safe to post again"
 
 
 @pytest.mark.unit
@@ -171,9 +221,10 @@ def test_no_node_reachable_raises_unavailable():
 def test_a_post_that_timed_out_is_not_retried(scripted):
     scripted.answer(201, POSTED, delay=0.5)
     client = make_client(scripted.url, timeout=0.1)
-    with pytest.raises(Unavailable, match="not retried"):
+    with pytest.raises(Unavailable, match="not retried") as info:
         client.post("q", {"a": 1})
     assert len(scripted.requests) == 1
+    assert info.value.outcome_unknown is True
 
 
 @pytest.mark.unit
@@ -294,3 +345,45 @@ def test_wrong_key_and_unknown_queue(live_server):
     with QueueyClient(live_server.url, live_server.application, live_server.key) as good:
         with pytest.raises(NotFound):
             good.post("missing", {"a": 1})
+
+
+class TruncatingServer(ScriptedServer):
+    """Announces a longer body than it sends, then closes: the answer breaks off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        outer = self
+
+        class Handler(self.server.RequestHandlerClass):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                with outer.lock:
+                    outer.requests.append((self.command, self.path, b""))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100")
+                self.end_headers()
+                self.wfile.write(b'{"status": "ok"')
+                self.close_connection = True
+
+            do_GET = do_POST = _answer
+
+        self.server.RequestHandlerClass = Handler
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("method", ["read", "post"])
+def test_an_answer_that_breaks_off_is_a_client_error_with_an_unknown_outcome(method):
+    server = TruncatingServer()
+    try:
+        client = make_client(server.url, retries=1)
+        call = client.read if method == "read" else lambda q: client.post(q, {"a": 1})
+        with pytest.raises(Unavailable) as info:
+            call("q")
+        assert info.value.outcome_unknown is True
+        if method == "post":
+            assert len(server.requests) == 1, "a post is sent once"
+    finally:
+        server.close()

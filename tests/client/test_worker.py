@@ -300,11 +300,10 @@ def test_per_batch_jobs_with_a_context_fall_back_to_single_messages(client, make
     wait_until(lambda: len(client.read("q-failed")) == 1, 10, "the parked message")
 
 
-@pytest.mark.zookeeper
-def test_checkpoints_are_mirrored_to_the_http_api_and_restored_from_it(client, make_worker, zk):
+def consume_with_a_mirror(client, make_worker, recorder: Recorder) -> list:
+    """Post 30 messages to 3 partitions, consume them with checkpoints mirrored, stop."""
     client.create_queue("q", partitions=3)
     posted = post_numbered(client, "q", 0, 30, 3)
-    recorder = Recorder()
     first = make_worker("w0", recorder.job_for("w0"), mirror_checkpoints="true")
     wait_until(
         lambda: client.get_checkpoints("q", "testers") == last_per_partition(posted),
@@ -312,6 +311,13 @@ def test_checkpoints_are_mirrored_to_the_http_api_and_restored_from_it(client, m
         "mirrored checkpoints",
     )
     first.stop()
+    return posted
+
+
+@pytest.mark.zookeeper
+def test_checkpoints_are_mirrored_to_the_http_api_and_restored_from_it(client, make_worker, zk):
+    recorder = Recorder()
+    posted = consume_with_a_mirror(client, make_worker, recorder)
     # A group under another ZooKeeper root has no checkpoints there: it reads the mirror.
     make_worker(
         "w1", recorder.job_for("w1"), mirror_checkpoints="true", zookeeper_root="/elsewhere"

@@ -8,9 +8,24 @@ each partition.
 
 A message whose job keeps raising is retried with exponential backoff
 (``max_attempts`` in all), then parked in the failure queue
-(:mod:`queuey.client.worker.failures`), and processing moves on. Partitions
-with nothing to read are polled less and less often, up to
-``idle_max_backoff`` seconds.
+(:mod:`queuey.client.worker.failures`) and handed to the failure hook, and
+processing moves on. Partitions with nothing to read are polled less and
+less often, up to ``idle_max_backoff`` seconds.
+
+User code fails in every hook, and a failure never moves the checkpoint:
+
+* the batch context's ``__enter__`` or ``__exit__`` raising fails the whole
+  batch: its work may not have taken effect (an fsync or a commit failed), so
+  nothing of it is recorded or committed;
+* a message that could not be parked, or whose failure hook raised, is not
+  finished: the batch stops before it (the work before it is committed once
+  the context exited cleanly).
+
+Either way the worker keeps the partition's lease and reads the partition
+again from its last committed position after ``retry_backoff`` seconds,
+doubling up to ``retry_max_backoff`` while it keeps failing (at-least-once:
+the messages of a failed batch are processed again). Other partitions go on
+meanwhile.
 """
 
 from __future__ import annotations
@@ -52,10 +67,29 @@ class WorkerStats:
     failed: int = 0  # messages moved to a failure queue
     commits: int = 0
     read_errors: int = 0
+    batch_failures: int = 0  # batches processed again: a context or failure handling raised
+
+
+#: :meth:`Worker.process_batch` results besides a count: the lease is gone / the batch failed.
+LOST = -1
+FAILED = -2
 
 
 class _Stopped(Exception):
     """A retry wait ended because the lease or the worker stopped."""
+
+
+class _Unfinished(Exception):
+    """A message kept failing and its failure could not be recorded."""
+
+
+@dataclasses.dataclass
+class _Batch:
+    """The messages of one batch and how far their work got (not yet committed)."""
+
+    messages: list[ReceivedMessage]
+    done: int = 0  # leading messages whose work finished
+    stuck: bool = False  # stopped at a message that could not be finished
 
 
 class Worker:
@@ -171,17 +205,25 @@ class Worker:
                 if due > now:
                     continue
                 count = self.process_batch(lease)
+                config = self.config
                 if count > 0:
                     self._idle.pop(lease.key, None)
                     worked = True
                 elif count == 0:
-                    self._back_off(lease.key)
+                    self._back_off(lease.key, config.idle_backoff, config.idle_max_backoff)
+                elif count == FAILED:
+                    self._back_off(lease.key, config.retry_backoff, config.retry_max_backoff)
             if not worked and not self._stop.is_set():
                 self._wait_idle(leases)
 
-    def _back_off(self, key: tuple[str, int]) -> None:
+    def _back_off(self, key: tuple[str, int], first: float, ceiling: float) -> None:
+        """Leave a partition alone for a while: ``first`` seconds, doubling up to ``ceiling``.
+
+        Used for idle partitions and for failed batches (read again from the
+        last committed position, the lease kept, so order is kept).
+        """
         _, previous = self._idle.get(key, (0.0, 0.0))
-        backoff = min(self.config.idle_max_backoff, previous * 2 or self.config.idle_backoff)
+        backoff = min(ceiling, previous * 2 or first)
         self._idle[key] = (time.monotonic() + backoff * random.uniform(0.5, 1.0), backoff)
 
     def _wait_idle(self, leases: list[PartitionLease]) -> None:
@@ -211,12 +253,18 @@ class Worker:
     def process_batch(self, lease: PartitionLease) -> int:
         """Read and process one batch of a partition; the number of messages handled.
 
-        Returns 0 when there was nothing to read (or the read failed) and -1
-        when the lease is no longer ours.
+        Returns 0 when there was nothing to read (or the read failed), ``LOST``
+        when the lease is no longer ours and ``FAILED`` when the batch failed:
+        the context's ``__enter__`` or ``__exit__`` raised, or the batch did
+        not get past a message (its failure could not be recorded). A failed
+        context fails the whole batch: the position is left where it was
+        before the batch, nothing is committed, and the batch is read again
+        after a backoff. Messages finished before a message that could not be
+        finished are kept, and committed, if the context exits cleanly.
         """
         with lease:
             if not lease.valid():
-                return -1
+                return LOST
             try:
                 messages = self._read(lease)
             except ClientError as exc:
@@ -225,23 +273,34 @@ class Worker:
                 return 0
             if not messages:
                 return 0
-            done = 0
+            batch = _Batch(messages)
             try:
                 with self.context() if self.context else contextlib.nullcontext():
                     if self.config.per_batch:
-                        done = self._run_batch(lease, messages)
+                        self._run_batch(lease, batch)
                     else:
-                        for message in messages:
-                            if not lease.valid() or not self._run_one(lease, message, self.job):
-                                break
-                            done += 1
+                        self._run_each(lease, batch, self.job)
             except Exception:
-                # The context manager itself failed: what finished stays finished.
-                log.exception("batch context of %s:%s failed", lease.queue, lease.partition)
+                # The work of this batch may not have taken effect (an fsync or a
+                # transaction commit in __exit__ failed): none of it counts.
+                self.stats.batch_failures += 1
+                log.exception(
+                    "batch context of %s:%s failed; the batch will be processed again",
+                    lease.queue,
+                    lease.partition,
+                )
+                return FAILED
             self.stats.batches += 1
+            self.stats.processed += batch.done
+            if batch.done:
+                last = messages[batch.done - 1]
+                lease.advance(last.message_id, last.timestamp)
             if lease.dirty and lease.commit():
                 self.stats.commits += 1
-            return done
+            if batch.stuck:
+                self.stats.batch_failures += 1
+                return FAILED
+            return batch.done
 
     def _read(self, lease: PartitionLease) -> list[ReceivedMessage]:
         position = lease.position
@@ -255,7 +314,11 @@ class Worker:
         )
 
     def _run_one(self, lease: PartitionLease, message: ReceivedMessage, job: Job) -> bool:
-        """Run ``job`` on one message with retries; True once it is done or moved aside."""
+        """Run ``job`` on one message with retries; True once it is done or parked.
+
+        False if the worker or the lease stopped; :class:`_Unfinished` if the
+        message kept failing and its failure could not be recorded (:meth:`_park`).
+        """
         attempt = 0
         while True:
             attempt += 1
@@ -263,9 +326,8 @@ class Worker:
                 job(message)
             except Exception as exc:  # noqa: BLE001 - any job error is retried, then parked
                 if attempt >= self.config.max_attempts:
-                    if not self._park(lease, message, exc, attempt):
-                        return False
-                    break
+                    self._park(lease, message, exc, attempt)
+                    return True
                 delay = self._retry_delay(attempt)
                 log.warning(
                     "job failed on %s:%s %s (attempt %d/%d): %r; retrying in %.2fs",
@@ -283,13 +345,11 @@ class Worker:
                 except _Stopped:
                     return False
             else:
-                break
-        lease.advance(message.message_id, message.timestamp)
-        self.stats.processed += 1
-        return True
+                return True
 
-    def _run_batch(self, lease: PartitionLease, messages: list[ReceivedMessage]) -> int:
+    def _run_batch(self, lease: PartitionLease, batch: _Batch) -> None:
         """Per-batch jobs: retry the whole batch, then fall back to one message at a time."""
+        messages = batch.messages
         for attempt in range(1, self.config.max_attempts + 1):
             try:
                 self.job(messages)
@@ -307,18 +367,24 @@ class Worker:
                 try:
                     self._sleep_while_valid(lease, self._retry_delay(attempt))
                 except _Stopped:
-                    return 0
+                    return
             else:
-                last = messages[-1]
-                lease.advance(last.message_id, last.timestamp)
-                self.stats.processed += len(messages)
-                return len(messages)
-        done = 0
-        for message in messages:
-            if not lease.valid() or not self._run_one(lease, message, lambda m: self.job([m])):
-                break
-            done += 1
-        return done
+                batch.done = len(messages)
+                return
+        self._run_each(lease, batch, lambda m: self.job([m]))
+
+    def _run_each(self, lease: PartitionLease, batch: _Batch, job: Job) -> None:
+        """Run ``job`` on each message in turn until one is not finished."""
+        for message in batch.messages:
+            if not lease.valid():
+                return
+            try:
+                if not self._run_one(lease, message, job):
+                    return
+            except _Unfinished:
+                batch.stuck = True
+                return
+            batch.done += 1
 
     def _retry_delay(self, attempt: int) -> float:
         ceiling = min(self.config.retry_max_backoff, self.config.retry_backoff * 2 ** (attempt - 1))
@@ -338,14 +404,26 @@ class Worker:
 
     def _park(
         self, lease: PartitionLease, message: ReceivedMessage, exc: BaseException, attempts: int
-    ) -> bool:
-        """Move a message that kept failing to the failure queue; False if that failed."""
+    ) -> None:
+        """Move a message that kept failing to the failure queue and call the failure hook.
+
+        Raises :class:`_Unfinished`, and the message stays unfinished (the
+        batch stops before it and is retried after a backoff), if the failure
+        queue could not be written or the failure hook raised: the hook is the
+        user's record of the failure, so it must have run before the
+        checkpoint may pass the message. A retry parks the message again.
+        """
         if not self.failures.park(lease.queue, message, exc, attempts):
-            return False
+            raise _Unfinished
         self.stats.failed += 1
         if self.failure_hook is not None:
             try:
                 self.failure_hook(message, exc)
             except Exception:
-                log.exception("the failure hook raised on %s", message.message_id)
-        return True
+                log.exception(
+                    "the failure hook raised on %s:%s %s; the message stays unfinished",
+                    lease.queue,
+                    lease.partition,
+                    message.message_id,
+                )
+                raise _Unfinished from None
