@@ -14,6 +14,7 @@ REQUIRES = [
     "kazoo>=2.10,<3",
     "requests>=2.31,<3",
     "prometheus_client>=0.20,<1",
+    "pydantic>=2.7,<3",
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.1",
@@ -25,6 +26,8 @@ TEST_REQUIRES = SPARK_REQUIRES + [
     "pytest-timeout>=2.3,<3",
     "webtest>=3.0,<4",
     "psutil>=5.9",
+    "hypothesis>=6.100,<7",
+    "schemathesis>=4.30,<5",
 ]
 DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",

@@ -10,6 +10,7 @@ Every conversion between microseconds and seconds or datetimes lives here.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,15 @@ _UUID_EPOCH_OFFSET = 0x01B21DD213814000
 MAX_MICROS = ((1 << 60) - 1 - _UUID_EPOCH_OFFSET) // 10 - 2
 MICROS = 1_000_000
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+#: A message id as the API spells it: 32 hex digits of a version-1, RFC 4122 UUID.
+MESSAGE_ID_PATTERN = r"^[0-9a-fA-F]{12}1[0-9a-fA-F]{3}[89abAB][0-9a-fA-F]{15}$"
+#: Seconds since the epoch as the API accepts them: plain decimal, bounded digits,
+#: so parsing costs the same whatever is sent (no exponent, no sign).
+SECONDS_PATTERN = r"^[0-9]{1,12}(\.[0-9]{1,12})?$"
+_MESSAGE_ID = re.compile(MESSAGE_ID_PATTERN)
+_SECONDS = re.compile(SECONDS_PATTERN)
 
 
 class InvalidId(ValueError):
@@ -87,6 +97,29 @@ def parse_id(text: str) -> uuid.UUID:
     if value.version != 1:
         raise InvalidId(text)
     return value
+
+
+def parse_message_id(text: str) -> uuid.UUID:
+    """A message id in the API's one spelling (:data:`MESSAGE_ID_PATTERN`) only.
+
+    Unlike :func:`parse_id`, which takes anything :class:`uuid.UUID` does, this
+    is exactly what the OpenAPI description promises, nothing more.
+    """
+    if not isinstance(text, str) or not _MESSAGE_ID.fullmatch(text):
+        raise InvalidId(str(text)[:40])
+    return uuid.UUID(hex=text)
+
+
+def parse_seconds(text: str) -> int:
+    """Microseconds from decimal seconds matching :data:`SECONDS_PATTERN`, clamped
+    to :data:`MAX_MICROS` (nothing is newer than that anyway).
+
+    The pattern is checked before any conversion, so a huge exponent or a
+    thousand digits is refused at once instead of costing CPU.
+    """
+    if not isinstance(text, str) or not _SECONDS.fullmatch(text):
+        raise ValueError("must be seconds since the epoch, a plain decimal number")
+    return min(seconds_to_micros(text), MAX_MICROS)
 
 
 def micros_to_seconds(micros: int) -> float:

@@ -13,3 +13,12 @@ from __future__ import annotations
 MAX_READ = 1000
 #: ``limit`` of a read or a listing when none is given.
 DEFAULT_READ = 100
+#: Deepest nesting of arrays and objects a JSON body may have. Checked by a
+#: linear scan before parsing, so a body of 100k ``[`` costs one pass, not a
+#: recursion per level.
+MAX_JSON_DEPTH = 64
+#: Most digits of an integer in a JSON body: a long digit string is refused
+#: before it is converted (Python's own guard sits at 4300).
+MAX_JSON_INT_DIGITS = 1000
+#: Longest ``partition_key``.
+MAX_PARTITION_KEY = 1000

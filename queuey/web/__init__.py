@@ -1,5 +1,7 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
+from queuey.web.schemas import build_models
+
 ROUTES = [
     # name, pattern, factory
     ("queues", "/queue", "queuey.web.resources.ApplicationContext"),
@@ -21,6 +23,11 @@ ROUTES = [
 
 
 def includeme(config) -> None:
+    settings = config.registry.queuey_settings
+    config.registry.api_models = build_models(
+        settings.max_partitions, settings.max_ttl, settings.default_ttl
+    )
+    config.add_request_method(lambda request: request.registry.api_models, "models", reify=True)
     for name, pattern, factory in ROUTES:
         config.add_route(name, pattern, factory=factory)
     config.include("queuey.web.metrics")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 from pyramid.view import view_config
 
 from queuey import ids
-from queuey.web.params import CONSUMER_NAME, InvalidParameters, json_body
+from queuey.web.params import InvalidParameters, json_body, validate
 from queuey.web.responses import ok
+from queuey.web.schemas import CONSUMER_PATTERN
 from queuey.web.security import Permission
+
+_CONSUMER = re.compile(CONSUMER_PATTERN)
 
 
 def _consumer(request) -> str:
     consumer = request.matchdict["consumer"]
-    if not CONSUMER_NAME.match(consumer):
+    if not _CONSUMER.fullmatch(consumer):
         raise InvalidParameters({"consumer": "must match [A-Za-z0-9_.-]{1,100}"})
     return consumer
 
@@ -29,26 +34,7 @@ def set_checkpoints(request):
     meta = request.context.meta
     consumer = _consumer(request)
     payload = json_body(request, request.registry.queuey_settings.max_message_size)
-    given = payload.get("checkpoints") if isinstance(payload, dict) else None
-    if not isinstance(given, dict) or not given:
-        raise InvalidParameters({"checkpoints": 'expected {"checkpoints": {"1": "<id>"}}'})
-    errors = {}
-    parsed = {}
-    for key, value in given.items():
-        field = f"checkpoints.{key}"
-        try:
-            partition = int(key)
-        except ValueError:
-            errors[field] = "partition numbers are keys"
-            continue
-        if not 1 <= partition <= meta.partitions:
-            errors[field] = f"partition must be between 1 and {meta.partitions}"
-            continue
-        try:
-            parsed[partition] = ids.parse_id(str(value))
-        except ids.InvalidId:
-            errors[field] = "must be a message id"
-    if errors:
-        raise InvalidParameters(errors)
+    given = validate(request.models.checkpoints, payload, meta.partitions).checkpoints
+    parsed = {int(p): ids.parse_message_id(message_id) for p, message_id in given.items()}
     request.storage.set_checkpoints(meta.application, meta.name, consumer, parsed)
     return ok(checkpoints={str(p): parsed[p].hex for p in sorted(parsed)})

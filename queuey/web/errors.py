@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pyramid.exceptions import PredicateMismatch
+from pyramid.exceptions import PredicateMismatch, URLDecodeError
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound
 from pyramid.view import exception_view_config, forbidden_view_config, notfound_view_config
 
@@ -14,7 +14,7 @@ from queuey.errors import (
     QueueNotFound,
     StorageUnavailable,
 )
-from queuey.web.params import InvalidParameters, NotJSON, PayloadTooLarge
+from queuey.web.params import InvalidJSON, InvalidParameters, NotJSON, PayloadTooLarge
 from queuey.web.responses import error
 from queuey.web.security import Refused
 
@@ -24,6 +24,16 @@ log = logging.getLogger(__name__)
 @exception_view_config(InvalidParameters)
 def invalid_parameters(exc, request):
     return error(400, exc.errors)
+
+
+@exception_view_config(InvalidJSON)
+def invalid_json(exc, request):
+    return error(400, {"body": str(exc)})
+
+
+@exception_view_config(URLDecodeError)
+def path_not_utf8(exc, request):
+    return error(400, {"path": "the path is not valid UTF-8"})
 
 
 @exception_view_config(InvalidUpdate)
@@ -71,9 +81,34 @@ def forbidden(exc: HTTPForbidden, request):
 
 @notfound_view_config()
 def not_found(exc: HTTPNotFound, request):
-    if isinstance(exc, PredicateMismatch):
-        return error(405, {"method": f"{request.method} is not allowed here"})
-    return error(404, {"path": f"no resource at {request.path}"})
+    if isinstance(exc, PredicateMismatch) and request.matched_route is not None:
+        allowed = allowed_methods(request.registry).get(request.matched_route.name, ())
+        return error(
+            405,
+            {"method": f"{request.method[:20]} is not allowed here"},
+            headers={"Allow": ", ".join(sorted(allowed))},
+        )
+    return error(404, {"path": "no resource at this path"})
+
+
+def allowed_methods(registry) -> dict[str, frozenset[str]]:
+    """Route name -> the methods its views answer (GET implies HEAD, as in
+    Pyramid), read once from the registered views for ``Allow``."""
+    table = getattr(registry, "queuey_allowed_methods", None)
+    if table is None:
+        found: dict[str, set[str]] = {}
+        for item in registry.introspector.get_category("views"):
+            view = item["introspectable"]
+            methods = view["request_methods"]
+            if view["route_name"] is None or not methods:
+                continue
+            methods = {methods} if isinstance(methods, str) else set(methods)
+            if "GET" in methods:
+                methods.add("HEAD")
+            found.setdefault(view["route_name"], set()).update(methods)
+        table = {route: frozenset(methods) for route, methods in found.items()}
+        registry.queuey_allowed_methods = table
+    return table
 
 
 @exception_view_config(HTTPException)
@@ -87,7 +122,7 @@ def last_resort(exc, request):
         "unhandled %s on %s %s: %s",
         type(exc).__name__,
         request.method,
-        request.path,
+        request.environ.get("PATH_INFO", ""),
         exc,
         exc_info=exc,
     )

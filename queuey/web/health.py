@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from pyramid.view import view_config
 
 from queuey.errors import StorageUnavailable
 from queuey.web.responses import json_response
+
+log = logging.getLogger(__name__)
 
 
 @view_config(route_name="lbheartbeat", request_method=("GET", "HEAD"))
@@ -24,10 +27,15 @@ def heartbeat(request):
         request.storage.ping()
         checks["storage"] = "ok"
     except StorageUnavailable as exc:
-        checks["storage"] = f"unavailable: {exc}"
+        # The detail (hosts, driver messages) is for operators, not for anyone asking.
+        log.warning("heartbeat: storage unavailable: %s", exc)
+        checks["storage"] = "unavailable"
     coordination = request.registry.coordination
     if coordination is not None:
-        checks["zookeeper"] = coordination.check()
+        state = coordination.check()
+        if state != "ok":
+            log.warning("heartbeat: zookeeper %s", state)
+        checks["zookeeper"] = "ok" if state == "ok" else "unavailable"
     healthy = all(value == "ok" for value in checks.values())
     response = json_response(
         {"status": "ok" if healthy else "error", "checks": checks}, status=200 if healthy else 503

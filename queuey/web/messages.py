@@ -2,50 +2,58 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyramid.view import view_config
 
 from queuey import ids
-from queuey.limits import DEFAULT_READ, MAX_READ
+from queuey.limits import MAX_READ
 from queuey.placement import partition_for_key, random_partition
 from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.web import jsonio
 from queuey.web.params import (
-    ORDERS,
     InvalidParameters,
-    Params,
     PayloadTooLarge,
-    dump_json,
     json_body,
+    query,
+    validate,
 )
 from queuey.web.responses import message_ref, messages_response, ok
+from queuey.web.schemas import MESSAGE_REFS_PATTERN
 from queuey.web.security import Permission
+
+MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 
 
 def _new_message(
-    request, meta: QueueMeta, body: Any, params: Params, default_partition: int
-) -> NewMessage | None:
-    """Validate one message and its placement; errors go into ``params``."""
+    request, meta: QueueMeta, body: Any, placement, default_partition: int, prefix: str
+) -> NewMessage:
+    """One message, placed. The schema validated ``placement``; what is left is a
+    body that is not an object and ``partition`` given with ``partition_key``
+    (a rule across two query parameters OpenAPI cannot state)."""
     settings = request.registry.queuey_settings
-    partition = params.integer("partition", None, 1, meta.partitions)
-    key = params.string("partition_key")
-    ttl = params.integer("ttl", meta.ttl, 1, settings.max_ttl)
-    if params.has("partition") and params.has("partition_key"):
-        params.fail("partition_key", "give either partition or partition_key, not both")
+    errors = {}
+    if placement.partition is not None and placement.partition_key is not None:
+        errors[prefix + "partition_key"] = "give either partition or partition_key, not both"
     if not isinstance(body, dict):
-        params.fail("body", "a message must be a JSON object")
-        return None
-    text = dump_json(body)
+        errors[prefix + "body"] = "a message must be a JSON object"
+    if errors:
+        raise InvalidParameters(errors)
+    text = jsonio.dumps(body)
     if len(text.encode("utf-8")) > settings.max_message_size:
         raise PayloadTooLarge(
-            params.prefix + "body",
-            f"the message is larger than {settings.max_message_size} bytes",
+            prefix + "body", f"the message is larger than {settings.max_message_size} bytes"
         )
+    partition = placement.partition
     if partition is None:
-        if key is not None:
-            partition = partition_for_key(key, meta.partitions)
+        if placement.partition_key is not None:
+            partition = partition_for_key(placement.partition_key, meta.partitions)
         else:
             partition = default_partition
+    # A queue made before the operator lowered queuey.max_ttl keeps its ttl on
+    # record, but no message outlives the limit in force now.
+    ttl = placement.ttl if placement.ttl is not None else min(meta.ttl, settings.max_ttl)
     return NewMessage(body=text, partition=partition, ttl=ttl)
 
 
@@ -54,9 +62,8 @@ def post_message(request):
     meta = request.context.meta
     settings = request.registry.queuey_settings
     body = json_body(request, settings.max_message_size)
-    params = Params(request.GET)
-    message = _new_message(request, meta, body, params, random_partition(meta.partitions))
-    params.check()
+    placement = validate(request.models.placement, query(request), meta.partitions)
+    message = _new_message(request, meta, body, placement, random_partition(meta.partitions), "")
     stored = request.storage.put_messages(meta, [message])
     request.metrics.messages_posted(len(stored))
     return ok(201, messages=[message_ref(m) for m in stored])
@@ -69,24 +76,23 @@ def post_batch(request):
     limit = settings.max_batch_messages
     payload = json_body(request, settings.max_batch_size)
     entries = payload.get("messages") if isinstance(payload, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise InvalidParameters({"messages": 'expected {"messages": [{"body": {...}}, ...]}'})
-    if len(entries) > limit:
+    if isinstance(entries, list) and len(entries) > limit:
         raise PayloadTooLarge("messages", f"a batch holds at most {limit} messages")
+    batch = validate(request.models.batch, payload, meta.partitions)
     errors: dict[str, str] = {}
     messages = []
     # Messages without a placement share one random partition per batch: still
     # spread over the queue batch by batch, and a batch stays one storage write.
     shared_partition = random_partition(meta.partitions)
-    for index, entry in enumerate(entries):
-        params = Params(entry if isinstance(entry, dict) else {}, prefix=f"messages[{index}].")
-        if not isinstance(entry, dict):
-            params.fail("body", "each entry must be an object with a body")
-        else:
-            message = _new_message(request, meta, entry.get("body"), params, shared_partition)
-            if message is not None:
-                messages.append(message)
-        errors.update(params.errors)
+    for index, entry in enumerate(batch.messages):
+        try:
+            messages.append(
+                _new_message(
+                    request, meta, entry.body, entry, shared_partition, f"messages[{index}]."
+                )
+            )
+        except InvalidParameters as exc:
+            errors.update(exc.errors)
     if errors:
         raise InvalidParameters(errors)
     stored = request.storage.put_messages(meta, messages)
@@ -97,13 +103,10 @@ def post_batch(request):
 @view_config(route_name="queue", request_method="GET", permission=Permission.READ)
 def read_messages(request):
     meta = request.context.meta
-    params = Params(request.GET)
-    after_id = params.message_id("since")
-    after_micros = params.timestamp("since_timestamp")
-    limit = params.integer("limit", DEFAULT_READ, 1, MAX_READ)
-    order = params.choice("order", "descending", ORDERS)
-    partitions = params.partitions("partitions", meta.partitions)
-    params.check()
+    params = validate(request.models.read, query(request), meta.partitions)
+    partitions = (
+        list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
+    )
     now = request.clock.now_micros()
     delay = request.registry.queuey_settings.read_delay_micros
     messages = request.storage.read_messages(
@@ -111,10 +114,12 @@ def read_messages(request):
         ReadQuery(
             partitions=partitions or list(range(1, meta.partitions + 1)),
             now_micros=now,
-            limit=limit,
-            order=order,
-            after_id=after_id,
-            after_micros=after_micros,
+            limit=params.limit,
+            order=params.order,
+            after_id=ids.parse_message_id(params.since) if params.since else None,
+            after_micros=(
+                ids.parse_seconds(params.since_timestamp) if params.since_timestamp else None
+            ),
             until_micros=now - delay if delay else None,
         ),
     )
@@ -123,22 +128,21 @@ def read_messages(request):
 
 
 def _refs(request, meta: QueueMeta) -> list[MessageRef]:
-    refs = []
-    items = [item for item in request.matchdict["ids"].split(",") if item]
-    if not items or len(items) > MAX_READ:
+    text = request.matchdict["ids"]
+    if not MESSAGE_REFS.fullmatch(text):
+        raise InvalidParameters({"ids": "must be a comma list of [partition:]message_id"})
+    items = text.split(",")
+    if len(items) > MAX_READ:
         raise InvalidParameters({"ids": f"give 1 to {MAX_READ} message ids"})
+    refs = []
     for item in items:
-        partition_text, sep, id_text = item.rpartition(":")
-        try:
-            partition = int(partition_text) if sep else 1
-            message_id = ids.parse_id(id_text)
-        except (ValueError, ids.InvalidId):
-            raise InvalidParameters({"ids": f"{item!r} is not [partition:]message_id"}) from None
-        if not 1 <= partition <= meta.partitions:
+        partition_text, _, id_text = item.rpartition(":")
+        partition = int(partition_text) if partition_text else 1
+        if partition > meta.partitions:
             raise InvalidParameters(
                 {"ids": f"partition {partition} is not between 1 and {meta.partitions}"}
             )
-        refs.append(MessageRef(partition, message_id))
+        refs.append(MessageRef(partition, ids.parse_message_id(id_text)))
     return refs
 
 

@@ -20,6 +20,14 @@ from queuey.web.responses import error
 
 log = logging.getLogger("queuey.request")
 
+#: The methods that get a label of their own; any other becomes "other", so an
+#: anonymous caller cannot grow the number of series by inventing methods.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
+
 
 class Metrics:
     """The service's instruments, in a registry of their own per app instance."""
@@ -56,14 +64,16 @@ def metrics_tween_factory(handler, registry):
         start = time.perf_counter()
         response = handler(request)
         elapsed = time.perf_counter() - start
+        # Route names and the service's status codes are finite; raw paths are not.
         route = request.matched_route.name if request.matched_route else "none"
-        metrics.requests.labels(route, request.method, str(response.status_code)).inc()
+        method = method_label(request.method)
+        metrics.requests.labels(route, method, str(response.status_code)).inc()
         metrics.latency.labels(route).observe(elapsed)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "%s %s %d %.1fms app=%s",
-                request.method,
-                request.path,
+                method,
+                request.environ.get("PATH_INFO", ""),
                 response.status_code,
                 elapsed * 1000,
                 request.headers.get("X-Application-Name", "-"),

@@ -1,7 +1,12 @@
-"""The OpenAPI 3 description of the API, served at ``/openapi.json``.
+"""The OpenAPI 3.1 description served at ``/openapi.json``, assembled from the
+pydantic models the views validate with (:mod:`queuey.web.schemas`).
 
-Written by hand from DESIGN.md; ``tests/web/test_openapi.py`` checks that every
-route the app serves is described here and that everything described exists.
+Query parameters are the fields of a model, request bodies are a model's JSON
+schema, responses reference the response models; only the route table (which
+operation takes which model, answers which codes) is written here.
+``tests/web/test_openapi.py`` checks that every route served is described and
+everything described is served; ``tests/web/test_schemathesis.py`` fuzzes the
+live service against this description.
 """
 
 from __future__ import annotations
@@ -9,375 +14,293 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from pyramid.view import view_config
 
-from queuey.limits import DEFAULT_READ, MAX_READ
 from queuey.web.responses import json_response
+from queuey.web.schemas import PATH_PARAMS, RESPONSE_MODELS, Models
 
-APP_NAME = {
-    "name": "X-Application-Name",
-    "in": "header",
-    "required": True,
-    "schema": {"type": "string"},
-}
-APP_KEY = {"name": "ApplicationKey", "in": "header", "required": True, "schema": {"type": "string"}}
-APP_KEY_PRIVATE = {**APP_KEY, "required": False, "description": "needed for private queues only"}
-QUEUE = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,50}$"},
-}
-
-
-def _query(name: str, schema: dict, description: str) -> dict:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
-
-
-def _error(description: str) -> dict:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
-
-
-def _ok(description: str, schema: str) -> dict:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
-    }
-
+#: Queues the description's examples name; the schemathesis test creates them
+#: so generated calls reach real queues.
+EXAMPLE_QUEUES = {"spec-queue": "public"}
+REF = "#/components/schemas/{model}"
 
 ERRORS = {
-    "400": _error("invalid parameter; every bad field is named"),
-    "401": _error("missing or unknown application, or missing or wrong key"),
-    "403": _error("right key from an address outside the application's allowlist"),
-    "503": _error("storage unavailable; see Retry-After"),
+    400: "invalid parameter, path or body; every bad field is named",
+    401: "missing or unknown application; missing or wrong key (also for a queue "
+    "that does not exist, when the caller may not read private queues)",
+    403: "right key from an address outside the application's allowlist",
+    404: "no such queue",
+    405: "method not allowed here; see Allow",
+    409: "a queue of that name exists",
+    413: "the body, a message or the batch is too large",
+    415: "the body is not JSON",
+    503: "storage unavailable; see Retry-After",
 }
-NOT_FOUND = {"404": _error("no such queue")}
-QUEUE_PARAMS = {
-    "type": "object",
-    "properties": {
-        "queue_name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,50}$"},
-        "partitions": {"type": "integer", "minimum": 1, "maximum": 200, "default": 1},
-        "ttl": {"type": "integer", "minimum": 1, "default": 259200},
-        "type": {"type": "string", "enum": ["public", "private"], "default": "public"},
-        "consistency": {
-            "type": "string",
-            "enum": ["weak", "strong", "very_strong"],
-            "default": "strong",
-        },
-    },
-}
-READ_PARAMS = [
-    _query("since", {"type": "string"}, "a message id; only messages strictly after it"),
-    _query(
-        "since_timestamp",
-        {"type": "string"},
-        "seconds since the epoch (decimal); only messages strictly newer",
-    ),
-    _query(
-        "limit",
-        {"type": "integer", "minimum": 1, "maximum": MAX_READ, "default": DEFAULT_READ},
-        "how many messages at most",
-    ),
-    _query(
-        "order",
-        {"type": "string", "enum": ["descending", "ascending"], "default": "descending"},
-        "newest first (default) or oldest first",
-    ),
-    _query("partitions", {"type": "string"}, "comma list of partitions (default all)"),
-]
-PLACEMENT_PARAMS = [
-    _query("partition", {"type": "integer", "minimum": 1}, "the partition (default random)"),
-    _query("partition_key", {"type": "string"}, "hashed to a fixed partition"),
-    _query("ttl", {"type": "integer", "minimum": 1}, "seconds the message lives"),
-]
+#: Codes every /queue operation may answer.
+QUEUE_ERRORS = (400, 401, 403, 404, 405, 503)
+BODY_ERRORS = (413, 415)
 
-PATHS: dict[str, dict[str, Any]] = {
-    "/queue": {
-        "post": {
-            "summary": "Create a queue",
-            "parameters": [APP_NAME, APP_KEY],
-            "requestBody": {
-                "content": {
-                    "application/json": {"schema": QUEUE_PARAMS},
-                    "application/x-www-form-urlencoded": {"schema": QUEUE_PARAMS},
-                }
-            },
-            "responses": {
-                "201": _ok("the queue's metadata", "Queue"),
-                "409": _error("a queue of that name exists"),
-                **ERRORS,
-            },
+
+def _clean(schema: Any) -> Any:
+    """Drop pydantic's titles and ``default: null`` (absent means "not given")."""
+    if isinstance(schema, dict):
+        return {
+            key: _clean(value)
+            for key, value in schema.items()
+            if key != "title" and not (key == "default" and value is None)
+        }
+    if isinstance(schema, list):
+        return [_clean(item) for item in schema]
+    return schema
+
+
+def _schema(model: type[BaseModel], components: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``model``'s JSON schema; the models it nests go to ``components``."""
+    schema = _clean(model.model_json_schema(ref_template=REF))
+    nested = schema.pop("$defs", {})
+    if components is not None:
+        components.update(nested)
+    return schema
+
+
+def _query(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """One query parameter per field of ``model``."""
+    schema = _schema(model)
+    required = set(schema.get("required", ()))
+    params = []
+    for name, prop in schema["properties"].items():
+        prop = dict(prop)
+        description = prop.pop("description", None)
+        param = {"name": name, "in": "query", "required": name in required, "schema": prop}
+        if description:
+            param["description"] = description
+        params.append(param)
+    return params
+
+
+def _path(*names: str) -> list[dict[str, Any]]:
+    params = []
+    for name in names:
+        param = {"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
+        if name == "name":
+            param["example"] = next(iter(EXAMPLE_QUEUES))
+        params.append(param)
+    return params
+
+
+def _header(name: str, required: bool, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "header",
+        "required": required,
+        "schema": {"type": "string"},
+        "description": description,
+    }
+
+
+APP = _header("X-Application-Name", True, "a configured application")
+KEY = _header("ApplicationKey", True, "the application's key")
+READ_KEY = _header("ApplicationKey", False, "needed for private queues")
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _form_or_json(model: type[BaseModel]) -> dict[str, Any]:
+    """Queue parameters come as a JSON object or as form fields (DESIGN.md)."""
+    schema = _schema(model)
+    return {
+        "content": {
+            "application/json": {"schema": schema},
+            "application/x-www-form-urlencoded": {"schema": schema},
+        }
+    }
+
+
+def _responses(ok_status: int, ok: str | dict, codes: tuple[int, ...]) -> dict[str, Any]:
+    answer = {"description": "success"}
+    if isinstance(ok, str):
+        answer["content"] = _json({"$ref": REF.format(model=ok)})
+    else:
+        answer.update(ok)
+    responses = {str(ok_status): answer}
+    for code in sorted(set(codes) | {405}):
+        response: dict[str, Any] = {
+            "description": ERRORS[code],
+            "content": _json({"$ref": REF.format(model="Error")}),
+        }
+        if code == 405:
+            response["headers"] = {"Allow": {"schema": {"type": "string"}, "required": True}}
+        if code == 503:
+            response["headers"] = {"Retry-After": {"schema": {"type": "string"}}}
+        responses[str(code)] = response
+    return responses
+
+
+def _operation(summary, parameters, responses, body=None) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "parameters": parameters}
+    if body is not None:
+        operation["requestBody"] = body
+    operation["responses"] = responses
+    return operation
+
+
+def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The route table: which operation takes which model and answers which codes.
+
+    Models nested in request bodies are added to ``components``.
+    """
+    queue_body = _form_or_json(models.create_queue)
+    update_body = _form_or_json(models.update_queue)
+    message_body = {"required": True, "content": _json({"type": "object"})}
+    batch_body = {"required": True, "content": _json(_schema(models.batch, components))}
+    checkpoints_body = {"required": True, "content": _json(_schema(models.checkpoints))}
+    keyed = [APP, KEY]
+    public = [APP, READ_KEY]
+    return {
+        "/queue": {
+            "post": _operation(
+                "Create a queue",
+                keyed,
+                _responses(201, "Queue", (400, 401, 403, 409, 413, 415, 503)),
+                queue_body,
+            ),
+            "get": _operation(
+                "List the application's queues",
+                keyed + _query(models.list_queues),
+                _responses(200, "QueueList", (400, 401, 403, 503)),
+            ),
         },
-        "get": {
-            "summary": "List the application's queues",
-            "parameters": [
-                APP_NAME,
-                APP_KEY,
-                _query("limit", {"type": "integer", "maximum": MAX_READ}, "page size"),
-                _query("offset", {"type": "string"}, "queue name to start after"),
-                _query("details", {"type": "boolean"}, "metadata, not just names"),
-            ],
-            "responses": {"200": _ok("queue names or metadata", "QueueList"), **ERRORS},
+        "/queue/{name}": {
+            "post": _operation(
+                "Post one message (the body is the message, a JSON object)",
+                keyed + _path("name") + _query(models.placement),
+                _responses(201, "Posted", QUEUE_ERRORS + BODY_ERRORS),
+                message_body,
+            ),
+            "get": _operation(
+                "Read messages",
+                public + _path("name") + _query(models.read),
+                _responses(200, "Messages", QUEUE_ERRORS),
+            ),
+            "put": _operation(
+                "Update a queue (partitions may only grow)",
+                keyed + _path("name"),
+                _responses(200, "Queue", QUEUE_ERRORS + BODY_ERRORS),
+                update_body,
+            ),
+            "delete": _operation(
+                "Delete a queue, or with delete=false only its messages",
+                keyed + _path("name") + _query(models.delete_queue),
+                _responses(200, "Ok", QUEUE_ERRORS),
+            ),
         },
-    },
-    "/queue/{name}": {
-        "post": {
-            "summary": "Post one message (the body is the message, a JSON object)",
-            "parameters": [APP_NAME, APP_KEY, QUEUE, *PLACEMENT_PARAMS],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            },
-            "responses": {
-                "201": _ok("where the message went", "Posted"),
-                **NOT_FOUND,
-                "413": _error("message too large"),
-                "415": _error("body not JSON"),
-                **ERRORS,
-            },
+        "/queue/{name}/batch": {
+            "post": _operation(
+                "Post many messages, all or nothing",
+                keyed + _path("name"),
+                _responses(201, "Posted", QUEUE_ERRORS + BODY_ERRORS),
+                batch_body,
+            )
         },
-        "get": {
-            "summary": "Read messages",
-            "parameters": [APP_NAME, APP_KEY_PRIVATE, QUEUE, *READ_PARAMS],
-            "responses": {"200": _ok("the messages", "Messages"), **NOT_FOUND, **ERRORS},
+        "/queue/{name}/info": {
+            "get": _operation(
+                "A queue's metadata",
+                public + _path("name"),
+                _responses(200, "Queue", QUEUE_ERRORS),
+            )
         },
-        "put": {
-            "summary": "Update a queue (partitions may only grow)",
-            "parameters": [APP_NAME, APP_KEY, QUEUE],
-            "requestBody": {"content": {"application/json": {"schema": QUEUE_PARAMS}}},
-            "responses": {"200": _ok("the new metadata", "Queue"), **NOT_FOUND, **ERRORS},
+        "/queue/{name}/messages/{ids}": {
+            "get": _operation(
+                "Get messages by id",
+                public + _path("name", "ids"),
+                _responses(200, "Messages", QUEUE_ERRORS),
+            ),
+            "delete": _operation(
+                "Delete messages by id",
+                keyed + _path("name", "ids"),
+                _responses(200, "Ok", QUEUE_ERRORS),
+            ),
         },
-        "delete": {
-            "summary": "Delete a queue, or with delete=false only its messages",
-            "parameters": [
-                APP_NAME,
-                APP_KEY,
-                QUEUE,
-                _query(
-                    "delete",
-                    {"type": "boolean", "default": True},
-                    "false keeps the queue registered",
-                ),
-            ],
-            "responses": {"200": _ok("done", "Ok"), **NOT_FOUND, **ERRORS},
+        "/queue/{name}/checkpoints/{consumer}": {
+            "get": _operation(
+                "How far a consumer processed each partition",
+                keyed + _path("name", "consumer"),
+                _responses(200, "CheckpointsAnswer", QUEUE_ERRORS),
+            ),
+            "put": _operation(
+                "Record checkpoints",
+                keyed + _path("name", "consumer"),
+                _responses(200, "CheckpointsAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                checkpoints_body,
+            ),
         },
-    },
-    "/queue/{name}/batch": {
-        "post": {
-            "summary": "Post many messages, all or nothing",
-            "parameters": [APP_NAME, APP_KEY, QUEUE],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
-            },
-            "responses": {
-                "201": _ok("one entry per message, in order", "Posted"),
-                **NOT_FOUND,
-                "413": _error("a message or the batch is too large"),
-                "415": _error("body not JSON"),
-                **ERRORS,
-            },
-        },
-    },
-    "/queue/{name}/info": {
-        "get": {
-            "summary": "A queue's metadata",
-            "parameters": [APP_NAME, APP_KEY_PRIVATE, QUEUE],
-            "responses": {"200": _ok("metadata", "Queue"), **NOT_FOUND, **ERRORS},
-        },
-    },
-    "/queue/{name}/messages/{ids}": {
-        "get": {
-            "summary": "Get messages by id",
-            "parameters": [
-                APP_NAME,
-                APP_KEY_PRIVATE,
-                QUEUE,
+        "/__heartbeat__": {
+            "get": _operation(
+                "Health of storage and coordination",
+                [],
                 {
-                    "name": "ids",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string"},
-                    "description": "comma list of [partition:]message_id",
-                },
-            ],
-            "responses": {"200": _ok("the messages found", "Messages"), **NOT_FOUND, **ERRORS},
-        },
-        "delete": {
-            "summary": "Delete messages by id",
-            "parameters": [
-                APP_NAME,
-                APP_KEY,
-                QUEUE,
-                {"name": "ids", "in": "path", "required": True, "schema": {"type": "string"}},
-            ],
-            "responses": {"200": _ok("done", "Ok"), **NOT_FOUND, **ERRORS},
-        },
-    },
-    "/queue/{name}/checkpoints/{consumer}": {
-        "get": {
-            "summary": "How far a consumer processed each partition",
-            "parameters": [
-                APP_NAME,
-                APP_KEY,
-                QUEUE,
-                {"name": "consumer", "in": "path", "required": True, "schema": {"type": "string"}},
-            ],
-            "responses": {"200": _ok("checkpoints", "Checkpoints"), **NOT_FOUND, **ERRORS},
-        },
-        "put": {
-            "summary": "Record checkpoints",
-            "parameters": [
-                APP_NAME,
-                APP_KEY,
-                QUEUE,
-                {"name": "consumer", "in": "path", "required": True, "schema": {"type": "string"}},
-            ],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/Checkpoints"}}
-                },
-            },
-            "responses": {"200": _ok("checkpoints", "Checkpoints"), **NOT_FOUND, **ERRORS},
-        },
-    },
-    "/__heartbeat__": {
-        "get": {
-            "summary": "Health of storage and coordination",
-            "responses": {"200": _ok("healthy", "Ok"), "503": _error("a dependency is down")},
-        }
-    },
-    "/__lbheartbeat__": {"get": {"summary": "Liveness", "responses": {"200": _ok("alive", "Ok")}}},
-    "/__version__": {
-        "get": {"summary": "Build information", "responses": {"200": _ok("version", "Ok")}}
-    },
-    "/metrics": {
-        "get": {
-            "summary": "Prometheus exposition (allowed addresses only)",
-            "responses": {
-                "200": {"description": "text exposition format"},
-                "403": _error("address not allowed"),
-            },
-        }
-    },
-    "/openapi.json": {
-        "get": {
-            "summary": "This description",
-            "responses": {"200": {"description": "OpenAPI 3 document"}},
-        }
-    },
-}
-
-MESSAGE_REF = {
-    "type": "object",
-    "properties": {
-        "message_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
-        "timestamp": {"type": "number"},
-        "partition": {"type": "integer"},
-    },
-}
-
-SCHEMAS = {
-    "Ok": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok"]}}},
-    "Error": {
-        "type": "object",
-        "required": ["status", "error_msg"],
-        "properties": {
-            "status": {"type": "string", "enum": ["error"]},
-            "error_msg": {"type": "object", "additionalProperties": {"type": "string"}},
-        },
-    },
-    "Queue": {
-        "type": "object",
-        "properties": {
-            "status": {"type": "string"},
-            "queue_name": {"type": "string"},
-            "partitions": {"type": "integer"},
-            "created": {"type": "integer"},
-            "type": {"type": "string"},
-            "ttl": {"type": "integer"},
-            "consistency": {"type": "string"},
-        },
-    },
-    "QueueList": {
-        "type": "object",
-        "properties": {"status": {"type": "string"}, "queues": {"type": "array"}},
-    },
-    "Posted": {
-        "type": "object",
-        "properties": {
-            "status": {"type": "string"},
-            "messages": {"type": "array", "items": MESSAGE_REF},
-        },
-    },
-    "Messages": {
-        "type": "object",
-        "properties": {
-            "status": {"type": "string"},
-            "messages": {
-                "type": "array",
-                "items": {
-                    **MESSAGE_REF,
-                    "properties": {**MESSAGE_REF["properties"], "body": {"type": "object"}},
-                },
-            },
-        },
-    },
-    "Batch": {
-        "type": "object",
-        "required": ["messages"],
-        "properties": {
-            "messages": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["body"],
-                    "properties": {
-                        "body": {"type": "object"},
-                        "partition": {"type": "integer"},
-                        "partition_key": {"type": "string"},
-                        "ttl": {"type": "integer"},
+                    **_responses(200, "Heartbeat", ()),
+                    "503": {
+                        "description": "a dependency is down; see Retry-After",
+                        "headers": {"Retry-After": {"schema": {"type": "string"}}},
+                        "content": _json({"$ref": REF.format(model="Heartbeat")}),
                     },
                 },
-            }
+            )
         },
-    },
-    "Checkpoints": {
-        "type": "object",
-        "properties": {
-            "checkpoints": {"type": "object", "additionalProperties": {"type": "string"}}
+        "/__lbheartbeat__": {"get": _operation("Liveness", [], _responses(200, "Ok", ()))},
+        "/__version__": {
+            "get": _operation("Build information", [], _responses(200, "Version", ()))
         },
-    },
-}
+        "/metrics": {
+            "get": _operation(
+                "Prometheus exposition (allowed addresses only)",
+                [],
+                _responses(
+                    200,
+                    {"content": {"text/plain": {"schema": {"type": "string"}}}},
+                    (403,),
+                ),
+            )
+        },
+        "/openapi.json": {
+            "get": _operation(
+                "This description", [], _responses(200, {"content": _json({"type": "object"})}, ())
+            )
+        },
+    }
 
 
-def spec() -> dict[str, Any]:
+def spec(models: Models) -> dict[str, Any]:
     try:
         release = version("queuey")
     except PackageNotFoundError:
         release = "0"
+    _, definitions = models_json_schema(
+        [(model, "validation") for model in RESPONSE_MODELS], ref_template=REF
+    )
+    components = _clean(definitions.get("$defs", {}))
+    described = paths(models, components)
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {
             "title": "Queuey",
             "version": release,
             "description": "A durable, partitioned message queue over HTTP.",
         },
-        "paths": PATHS,
-        "components": {"schemas": SCHEMAS},
+        "paths": described,
+        "components": {"schemas": components},
     }
 
 
 @view_config(route_name="openapi", request_method="GET")
 def openapi_view(request):
-    return json_response(spec())
+    registry = request.registry
+    document = getattr(registry, "queuey_openapi", None)
+    if document is None:
+        document = registry.queuey_openapi = spec(registry.api_models)
+    return json_response(document)

@@ -1,24 +1,39 @@
-"""Reading request parameters: every bad field is named in one 400 answer.
+"""Reading requests through the models of :mod:`queuey.web.schemas`.
 
-A :class:`Params` collects errors while views read fields, then ``check()``
-raises :class:`InvalidParameters` with all of them at once.
+Query strings and form bodies are decoded here as strict UTF-8 (WebOb would
+raise from deep inside a view); JSON bodies go through :mod:`queuey.web.jsonio`;
+pydantic's :class:`~pydantic.ValidationError` becomes one
+:class:`InvalidParameters` naming every bad field.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import unquote_to_bytes
 
-from queuey import ids
-from queuey.coerce import as_bool
+from pydantic import BaseModel, ValidationError
+
 from queuey.errors import ServiceError
+from queuey.web import jsonio
+from queuey.web.jsonio import InvalidJSON, NotJSON
+from queuey.web.schemas import QUEUE_NAME_PATTERN
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
-CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-ORDERS = ("descending", "ascending")
+__all__ = [
+    "InvalidJSON",
+    "InvalidParameters",
+    "NotJSON",
+    "PayloadTooLarge",
+    "field_name",
+    "form_or_json",
+    "json_body",
+    "query",
+    "validate",
+]
+
+M = TypeVar("M", bound=BaseModel)
+_QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 
 
 class InvalidParameters(ServiceError):
@@ -37,24 +52,73 @@ class PayloadTooLarge(ServiceError):
         self.field = field
 
 
-class NotJSON(ServiceError):
-    """415: the body is not JSON."""
+def field_name(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """``("messages", 2, "body")`` -> ``messages[2].body``."""
+    name = prefix
+    for part in loc:
+        if part == "[key]":
+            continue
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else str(part)
+    return name or "body"
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def errors_of(exc: ValidationError, prefix: str = "") -> dict[str, str]:
+    errors: dict[str, str] = {}
+    for error in exc.errors(include_url=False, include_input=False):
+        errors.setdefault(field_name(error["loc"], prefix), error["msg"])
+    return errors
 
 
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON (no NaN/Infinity); :class:`NotJSON` otherwise."""
+def validate(model: type[M], data: Any, partitions: int | None = None) -> M:
+    """An instance of ``model``, or :class:`InvalidParameters` naming every bad field.
+
+    ``partitions`` is the queue's partition count, for the checks a static
+    schema cannot make (see :mod:`queuey.web.schemas`).
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidParameters({"body": "parameters must be a JSON object"})
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise NotJSON(f"the body is not valid JSON: {exc}") from exc
+        return model.model_validate(dict(data), context={"partitions": partitions})
+    except ValidationError as exc:
+        raise InvalidParameters(errors_of(exc)) from None
 
 
-def dump_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def parse_pairs(raw: bytes | str) -> dict[str, str]:
+    """``a=1&b=2`` (query string or form body) as strict UTF-8; the last value wins.
+
+    Each name and value is decoded on its own, so a bad byte is a 400 naming
+    the field it sits in.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("latin-1")  # WSGI carries the query string's bytes as latin-1
+    values: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for pair in raw.split(b"&"):
+        if not pair:
+            continue
+        name_bytes, _, value_bytes = pair.partition(b"=")
+        name_bytes = unquote_to_bytes(name_bytes.replace(b"+", b" "))
+        value_bytes = unquote_to_bytes(value_bytes.replace(b"+", b" "))
+        try:
+            name = name_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            errors[name_bytes.decode("utf-8", "replace")] = "the name is not valid UTF-8"
+            continue
+        try:
+            values[name] = value_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            errors[name] = "must be valid UTF-8"
+    if errors:
+        raise InvalidParameters(errors)
+    return values
+
+
+def query(request) -> dict[str, str]:
+    """The query string's parameters (strict UTF-8)."""
+    return parse_pairs(request.environ.get("QUERY_STRING", ""))
 
 
 def json_body(request, limit: int) -> Any:
@@ -66,7 +130,7 @@ def json_body(request, limit: int) -> Any:
     raw = request.body
     if len(raw) > limit:
         raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
-    return parse_json(raw)
+    return jsonio.loads(raw)
 
 
 def form_or_json(request, limit: int) -> Mapping[str, Any]:
@@ -74,140 +138,24 @@ def form_or_json(request, limit: int) -> Mapping[str, Any]:
 
     A body that starts with ``{`` is JSON whatever its Content-Type says, so
     ``curl -d '{"partitions": 4}'`` (labelled as a form) does what it means.
+    Without a body, the query string holds them.
     """
-    if not request.body:
-        return request.GET
-    if request.body.lstrip()[:1] != b"{" and request.content_type in (
-        "application/x-www-form-urlencoded",
-        "multipart/form-data",
-    ):
-        return request.POST
-    body = json_body(request, limit)
-    if not isinstance(body, dict):
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+    body = request.body
+    if not body:
+        return query(request)
+    if body.lstrip()[:1] != b"{" and request.content_type == "application/x-www-form-urlencoded":
+        if len(body) > limit:
+            raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+        return parse_pairs(body)
+    value = json_body(request, limit)
+    if not isinstance(value, dict):
         raise InvalidParameters({"body": "parameters must be a JSON object"})
-    return body
-
-
-class Params:
-    """Typed access to a mapping of parameters, collecting every error."""
-
-    def __init__(self, source: Mapping[str, Any], prefix: str = "") -> None:
-        self.source = source
-        self.prefix = prefix
-        self.errors: dict[str, str] = {}
-
-    def _fail(self, name: str, message: str) -> None:
-        self.errors.setdefault(self.prefix + name, message)
-
-    def has(self, name: str) -> bool:
-        value = self.source.get(name)
-        return value is not None and value != ""
-
-    def integer(self, name: str, default: int | None, low: int, high: int) -> int | None:
-        if not self.has(name):
-            return default
-        raw = self.source[name]
-        if isinstance(raw, bool):
-            self._fail(name, "must be an integer")
-            return default
-        try:
-            value = int(raw) if not isinstance(raw, float) or raw.is_integer() else None
-        except (TypeError, ValueError):
-            value = None
-        if value is None:
-            self._fail(name, "must be an integer")
-            return default
-        if not low <= value <= high:
-            self._fail(name, f"must be between {low} and {high}")
-            return default
-        return value
-
-    def choice(self, name: str, default: str | None, choices: tuple[str, ...]) -> str | None:
-        if not self.has(name):
-            return default
-        value = self.source[name]
-        if value not in choices:
-            self._fail(name, f"must be one of {', '.join(choices)}")
-            return default
-        return value
-
-    def pattern(self, name: str, default: str | None, regex: re.Pattern, what: str) -> str | None:
-        if not self.has(name):
-            return default
-        value = self.source[name]
-        if not isinstance(value, str) or not regex.match(value):
-            self._fail(name, what)
-            return default
-        return value
-
-    def string(self, name: str, max_length: int = 1000) -> str | None:
-        if not self.has(name):
-            return None
-        value = self.source[name]
-        if not isinstance(value, str) or len(value) > max_length:
-            self._fail(name, f"must be a string of at most {max_length} characters")
-            return None
-        return value
-
-    def boolean(self, name: str, default: bool) -> bool:
-        if not self.has(name):
-            return default
-        try:
-            return as_bool(self.source[name])
-        except ValueError:
-            self._fail(name, "must be true or false")
-            return default
-
-    def message_id(self, name: str) -> uuid.UUID | None:
-        if not self.has(name):
-            return None
-        try:
-            return ids.parse_id(str(self.source[name]))
-        except ids.InvalidId:
-            self._fail(name, "must be a message id (32 hex digits of a version-1 UUID)")
-            return None
-
-    def timestamp(self, name: str) -> int | None:
-        """Seconds since the epoch (decimal) as microseconds."""
-        if not self.has(name):
-            return None
-        try:
-            micros = ids.seconds_to_micros(self.source[name])
-        except ValueError:
-            self._fail(name, "must be seconds since the epoch, a decimal number")
-            return None
-        if not 0 <= micros < 2**62 // 10:
-            self._fail(name, "out of range")
-            return None
-        return micros
-
-    def partitions(self, name: str, count: int) -> list[int] | None:
-        """A comma list of partition numbers, each within 1..count."""
-        if not self.has(name):
-            return None
-        chosen: list[int] = []
-        for item in str(self.source[name]).split(","):
-            try:
-                number = int(item)
-            except ValueError:
-                self._fail(name, "must be a comma list of partition numbers")
-                return None
-            if not 1 <= number <= count:
-                self._fail(name, f"partition {number} is not between 1 and {count}")
-                return None
-            if number not in chosen:
-                chosen.append(number)
-        return chosen
-
-    def fail(self, name: str, message: str) -> None:
-        self._fail(name, message)
-
-    def check(self) -> None:
-        if self.errors:
-            raise InvalidParameters(self.errors)
+    return value
 
 
 def queue_name(name: str) -> str:
-    if not QUEUE_NAME.match(name):
+    if not _QUEUE_NAME.fullmatch(name):
         raise InvalidParameters({"queue_name": "must match [A-Za-z0-9_-]{1,50}"})
     return name

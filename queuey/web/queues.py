@@ -6,14 +6,10 @@ import uuid
 
 from pyramid.view import view_config
 
-from queuey.limits import DEFAULT_READ, MAX_READ
 from queuey.storage import QueueMeta
-from queuey.web.params import QUEUE_NAME, Params, form_or_json
+from queuey.web.params import form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
 from queuey.web.security import Permission
-
-TYPES = ("public", "private")
-CONSISTENCIES = ("weak", "strong", "very_strong")
 
 
 def _body_limit(request) -> int:
@@ -22,22 +18,15 @@ def _body_limit(request) -> int:
 
 @view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
 def create_queue(request):
-    settings = request.registry.queuey_settings
-    params = Params(form_or_json(request, _body_limit(request)))
-    name = params.pattern("queue_name", None, QUEUE_NAME, "must match [A-Za-z0-9_-]{1,50}")
-    partitions = params.integer("partitions", 1, 1, settings.max_partitions)
-    ttl = params.integer("ttl", settings.default_ttl, 1, settings.max_ttl)
-    queue_type = params.choice("type", "public", TYPES)
-    consistency = params.choice("consistency", "strong", CONSISTENCIES)
-    params.check()
+    params = validate(request.models.create_queue, form_or_json(request, _body_limit(request)))
     meta = request.storage.create_queue(
         QueueMeta(
             application=request.identity.application.name,
-            name=name or uuid.uuid4().hex,
-            partitions=partitions,
-            ttl=ttl,
-            type=queue_type,
-            consistency=consistency,
+            name=params.queue_name or uuid.uuid4().hex,
+            partitions=params.partitions,
+            ttl=params.ttl,
+            type=params.type,
+            consistency=params.consistency,
             created=request.clock.now_micros(),
         )
     )
@@ -46,13 +35,11 @@ def create_queue(request):
 
 @view_config(route_name="queues", request_method="GET", permission=Permission.MANAGE)
 def list_queues(request):
-    params = Params(request.GET)
-    limit = params.integer("limit", DEFAULT_READ, 1, MAX_READ)
-    after = params.pattern("offset", None, QUEUE_NAME, "must be a queue name")
-    details = params.boolean("details", False)
-    params.check()
-    queues = request.storage.list_queues(request.identity.application.name, limit, after)
-    if details:
+    params = validate(request.models.list_queues, query(request))
+    queues = request.storage.list_queues(
+        request.identity.application.name, params.limit, params.offset
+    )
+    if params.details:
         return ok(queues=[queue_json(q) for q in queues])
     return ok(queues=[q.name for q in queues])
 
@@ -64,37 +51,29 @@ def queue_info(request):
 
 @view_config(route_name="queue", request_method="PUT", permission=Permission.MANAGE)
 def update_queue(request):
-    settings = request.registry.queuey_settings
     meta = request.context.meta
-    params = Params(form_or_json(request, _body_limit(request)))
-    partitions = params.integer("partitions", None, 1, settings.max_partitions)
-    if partitions is not None and partitions < meta.partitions:
-        params.fail("partitions", f"may only grow (the queue has {meta.partitions})")
-    ttl = params.integer("ttl", None, 1, settings.max_ttl)
-    queue_type = params.choice("type", None, TYPES)
-    consistency = params.choice("consistency", None, CONSISTENCIES)
-    params.check()
-    request.registry.queue_cache.forget(meta.application, meta.name)
-    updated = request.storage.update_queue(
-        meta.application,
-        meta.name,
-        partitions=partitions,
-        ttl=ttl,
-        type=queue_type,
-        consistency=consistency,
+    params = validate(
+        request.models.update_queue, form_or_json(request, _body_limit(request)), meta.partitions
     )
+    with request.registry.queue_cache.changing(meta.application, meta.name):
+        updated = request.storage.update_queue(
+            meta.application,
+            meta.name,
+            partitions=params.partitions,
+            ttl=params.ttl,
+            type=params.type,
+            consistency=params.consistency,
+        )
     return ok(**queue_json(updated))
 
 
 @view_config(route_name="queue", request_method="DELETE", permission=Permission.MANAGE)
 def delete_queue(request):
     meta = request.context.meta
-    params = Params(request.GET)
-    delete = params.boolean("delete", True)
-    params.check()
-    request.registry.queue_cache.forget(meta.application, meta.name)
-    if delete:
-        request.storage.delete_queue(meta.application, meta.name)
-    else:
-        request.storage.purge_queue(meta.application, meta.name)
+    params = validate(request.models.delete_queue, query(request))
+    with request.registry.queue_cache.changing(meta.application, meta.name):
+        if params.delete:
+            request.storage.delete_queue(meta.application, meta.name)
+        else:
+            request.storage.purge_queue(meta.application, meta.name)
     return ok()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pyramid.decorator import reify
 
+from queuey.errors import QueueNotFound
 from queuey.storage import QueueMeta
 from queuey.web.params import queue_name
 
@@ -38,18 +40,29 @@ class QueueContext:
         )
 
     def is_public(self) -> bool:
-        return self.meta.type == "public"
+        """Whether a caller without the key may read it.
+
+        A missing queue is not public: a caller who may not read private
+        queues gets the same 401 for a private queue and for a missing one, so
+        it cannot learn which private queues exist (``docs/api.rst``).
+        """
+        try:
+            return self.meta.type == "public"
+        except QueueNotFound:
+            return False
 
 
 class QueueCache:
     """Queue metadata for a short while, so a post costs one storage write.
 
-    Changes made through this process (update, purge, delete) drop the entry at
-    once; changes made through another API node are seen within ``ttl`` seconds.
-    Until then that node may accept a message into a queue just purged or
-    deleted elsewhere, which the purge then covers; DESIGN's consumers read
-    metadata through the API, so they see growth within ``ttl`` too.
-    ``ttl = 0`` turns the cache off.
+    Changes made through this process (update, purge, delete) run inside
+    :meth:`changing`, which drops the entry before and after the storage write
+    and keeps any load that overlapped the write from storing what it read: a
+    reader that fetched the old incarnation mid-purge cannot re-cache it, so a
+    post after the purge returns lands in the new incarnation. Changes made
+    through another API node are seen within ``ttl`` seconds; until then that
+    node may accept a message into a queue just purged or deleted elsewhere,
+    which the purge then covers. ``ttl = 0`` turns the cache off.
     """
 
     def __init__(
@@ -60,22 +73,46 @@ class QueueCache:
         self.max_entries = max_entries
         self._entries: dict[tuple[str, str], tuple[float, QueueMeta]] = {}
         self._lock = threading.Lock()
+        #: Bumped whenever a change starts or ends anywhere: a load that saw
+        #: another value when it began may hold stale metadata.
+        self._generation = 0
+        self._writing: dict[tuple[str, str], int] = {}
 
     def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta:
         if self.ttl <= 0:
             return load()
         key = (application, name)
         now = self.now()
-        entry = self._entries.get(key)
+        with self._lock:
+            entry = self._entries.get(key)
+            generation = self._generation
         if entry is not None and entry[0] > now:
             return entry[1]
         meta = load()
         with self._lock:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[key] = (now + self.ttl, meta)
+            if generation == self._generation and key not in self._writing:
+                if len(self._entries) >= self.max_entries:
+                    self._entries.clear()
+                self._entries[key] = (now + self.ttl, meta)
         return meta
 
     def forget(self, application: str, name: str) -> None:
         with self._lock:
             self._entries.pop((application, name), None)
+            self._generation += 1
+
+    @contextmanager
+    def changing(self, application: str, name: str) -> Iterator[None]:
+        """Wrap a storage write that changes the queue's metadata or incarnation."""
+        key = (application, name)
+        with self._lock:
+            self._writing[key] = self._writing.get(key, 0) + 1
+        self.forget(application, name)
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._writing.pop(key) - 1
+                if left:
+                    self._writing[key] = left
+            self.forget(application, name)

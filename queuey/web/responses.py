@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,12 +9,13 @@ from pyramid.response import Response
 
 from queuey import ids
 from queuey.storage import Message, QueueMeta
+from queuey.web import jsonio
 
 CONTENT_TYPE = "application/json"
 
 
 def json_response(data: dict[str, Any], status: int = 200) -> Response:
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    body = jsonio.dumps(data).encode("utf-8")
     return Response(body=body, status=status, content_type=CONTENT_TYPE, charset="utf-8")
 
 

@@ -15,3 +15,16 @@ def settle(app, clock):
         clock.advance(delay + 0.01)
 
     return run
+
+
+@pytest.fixture
+def sqlite_app(make_app, sqlite_storage, wrap_app):
+    """The app on the embedded store only, for rules that do not depend on the backend."""
+    return wrap_app(make_app(sqlite_storage))
+
+
+@pytest.fixture
+def sqlite_settle(sqlite_app, clock):
+    """``settle`` for ``sqlite_app``."""
+    delay = sqlite_app.app.registry.queuey_settings.read_delay
+    return lambda: clock.advance(delay + 0.01)

@@ -35,7 +35,7 @@ def test_identity_errors(app, make_headers, status, field):
     res = app.post_json("/queue", {"queue_name": "x"}, headers=headers, status=status)
     assert res.json["status"] == "error"
     assert list(res.json["error_msg"]) == [field]
-    app.get("/queue/x/info", headers=app.reader, status=404)
+    app.get("/queue/x/info", headers=app.auth, status=404)
 
 
 def test_forwarded_for_counts_only_from_trusted_proxies(make_app, storage, wrap_app):

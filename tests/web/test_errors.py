@@ -149,3 +149,19 @@ def test_large_batch_bodies_are_read_in_memory(app, settle):
     messages = [{"body": {"pad": "x" * 1000, "n": n}} for n in range(50)]
     res = app.post_json("/queue/large/batch", {"messages": messages}, headers=app.auth, status=201)
     assert len(res.json["messages"]) == 50
+
+
+def test_every_405_carries_allow(app):
+    create(app, "allow")
+    cases = [
+        ("PATCH", "/queue", "GET, HEAD, POST"),
+        ("PATCH", "/queue/allow", "DELETE, GET, HEAD, POST, PUT"),
+        ("PUT", "/queue/allow/batch", "POST"),
+        ("DELETE", "/queue/allow/info", "GET, HEAD"),
+        ("POST", "/__heartbeat__", "GET, HEAD"),
+        ("DELETE", "/openapi.json", "GET, HEAD"),
+    ]
+    for method, path, allowed in cases:
+        res = app.request(path, method=method, headers=app.auth, status=405)
+        assert res.headers.get("Allow") == allowed, (method, path, res.headers)
+        assert list(res.json["error_msg"]) == ["method"]

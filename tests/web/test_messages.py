@@ -152,3 +152,17 @@ def test_checkpoints(app):
     res = app.put_json(path, {"checkpoints": {"4": one, "x": "y"}}, headers=app.auth, status=400)
     assert set(res.json["error_msg"]) == {"checkpoints.4", "checkpoints.x"}
     app.get(path, headers=app.reader, status=401)
+
+
+def test_a_queue_ttl_above_a_lowered_max_ttl_is_capped(make_app, storage, clock, wrap_app):
+    """An operator lowers ``queuey.max_ttl`` after a queue was made with a longer ttl:
+    posts without a ttl still succeed and live for the new maximum, never a 500."""
+    before = wrap_app(make_app(storage))
+    create(before, "capped", ttl=1000)
+    after = wrap_app(make_app(storage, **{"queuey.max_ttl": "100", "queuey.default_ttl": "100"}))
+    delay = after.app.registry.queuey_settings.read_delay
+    post(after, "capped", {"n": 1})
+    clock.advance(delay + 0.01)
+    assert bodies(read(after, "capped")) == [{"n": 1}]
+    clock.advance(100 - delay)
+    assert read(after, "capped").json["messages"] == []

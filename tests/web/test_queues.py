@@ -66,7 +66,7 @@ def test_delete_queue(app):
     create(app, "gone")
     post(app, "gone", {"a": 1})
     assert app.delete("/queue/gone", headers=app.auth).json == {"status": "ok"}
-    app.get("/queue/gone/info", headers=app.reader, status=404)
+    app.get("/queue/gone/info", headers=app.auth, status=404)
     create(app, "gone")
     assert read(app, "gone").json["messages"] == []
 

@@ -1,0 +1,115 @@
+"""Strict JSON in and out (RFC 8259), at a cost linear in the body's size.
+
+In: valid UTF-8, nesting at most :data:`~queuey.limits.MAX_JSON_DEPTH` deep
+(checked by one scan before the recursive parser sees the text), no
+NaN/Infinity, no number that overflows a double, no lone surrogate in a
+string or key. Out: ``allow_nan=False``, so a response is always JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from queuey.errors import ServiceError
+from queuey.limits import MAX_JSON_DEPTH, MAX_JSON_INT_DIGITS
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+_OPEN, _CLOSE, _QUOTE, _BACKSLASH = frozenset(b"[{"), frozenset(b"]}"), ord('"'), ord("\\")
+
+
+class NotJSON(ServiceError):
+    """415: the body is not JSON."""
+
+
+class InvalidJSON(ServiceError):
+    """400: JSON, but outside what the service accepts (too deep, overflowing
+    numbers, lone surrogates)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise NotJSON(f"the body is not valid JSON: {name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise InvalidJSON(f"the number {text[:20]}... is too large")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise InvalidJSON(f"integers have at most {MAX_JSON_INT_DIGITS} digits")
+    return int(text)
+
+
+def check_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
+    """One pass over the bytes: brackets outside strings nest at most ``limit`` deep.
+
+    Only brackets, quotes and backslashes are looked at, so a body costs one
+    regex scan plus a step per structural byte.
+    """
+    depth = 0
+    in_string = False
+    skip_at = -1
+    for match in _STRUCTURE.finditer(raw):
+        pos = match.start()
+        if pos == skip_at:
+            continue
+        byte = raw[pos]
+        if in_string:
+            if byte == _BACKSLASH:
+                skip_at = pos + 1
+            elif byte == _QUOTE:
+                in_string = False
+        elif byte == _QUOTE:
+            in_string = True
+        elif byte in _OPEN:
+            depth += 1
+            if depth > limit:
+                raise InvalidJSON(f"JSON may nest at most {limit} levels deep")
+        elif byte in _CLOSE:
+            depth -= 1
+
+
+def _check_strings(value: Any) -> None:
+    """No lone surrogates anywhere (recursion is bounded by :func:`check_depth`)."""
+    if isinstance(value, str):
+        if not value.isascii() and _SURROGATE.search(value):
+            raise InvalidJSON("strings must be valid Unicode (a lone surrogate was sent)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key)
+            _check_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item)
+
+
+def loads(raw: bytes) -> Any:
+    """Parse a body: :class:`NotJSON` (415) if it is not JSON, :class:`InvalidJSON`
+    (400) if it is JSON the service refuses."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotJSON("the body is not valid JSON: it is not UTF-8") from exc
+    check_depth(raw)
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except ValueError as exc:
+        raise NotJSON(f"the body is not valid JSON: {exc}") from exc
+    _check_strings(value)
+    return value
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text; never NaN or Infinity."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,329 @@
+"""The one definition of what each route accepts and answers (pydantic v2).
+
+Views validate with these models and ``/openapi.json`` is assembled from their
+JSON schemas (:mod:`queuey.web.openapi`), so the two cannot drift apart. Limits
+an operator configures (``max_partitions``, ``max_ttl``, ``default_ttl``) are
+part of the schema, so the models are built once per app from its settings by
+:func:`build_models`.
+
+What a static schema cannot say (a partition beyond the queue's own count, a
+queue shrinking) is checked by validators that read the queue's partition
+count from the validation context, so it is named in the same 400 as every
+other bad field. Every value is checked for size and format before it is
+converted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+)
+from pydantic_core import PydanticCustomError
+
+from queuey import ids
+from queuey.coerce import BOOLEAN_WORDS, as_bool
+from queuey.limits import DEFAULT_READ, MAX_PARTITION_KEY, MAX_READ
+
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
+CONSUMER_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
+PARTITION_PATTERN = r"[1-9][0-9]{0,2}"
+PARTITIONS_PATTERN = rf"^{PARTITION_PATTERN}(,{PARTITION_PATTERN})*$"
+_ID = ids.MESSAGE_ID_PATTERN.strip("^$")
+MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?{_ID})*$"
+#: An integer as text: bounded digits, checked before ``int()`` sees it.
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+
+#: Messages of the errors a static schema cannot foresee: rules about the
+#: queue's current state, and one rule across two query parameters. A fuzzer
+#: that only knows the schema may see these 400s for schema-valid input.
+QUEUE_STATE_MESSAGES = (
+    r"must be between 1 and \d+, the queue's partitions",
+    r"partition \d+ is not between 1 and \d+",
+    r"may only grow \(the queue has \d+\)",
+    r"give either partition or partition_key, not both",
+)
+
+QueueType = Literal["public", "private"]
+Consistency = Literal["weak", "strong", "very_strong"]
+Order = Literal["descending", "ascending"]
+
+
+def _integer(value: Any) -> Any:
+    """Integers from JSON numbers or from query/form text, never from booleans."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("integer", "must be an integer")
+    if isinstance(value, str):
+        if not _INTEGER_TEXT.fullmatch(value):
+            raise PydanticCustomError("integer", "must be an integer")
+        return int(value)
+    return value
+
+
+def _boolean(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return as_bool(value)
+        except ValueError:
+            raise PydanticCustomError("boolean", f"must be a boolean ({BOOLEAN_WORDS})") from None
+    return value
+
+
+def _queue_partitions(info: ValidationInfo) -> int | None:
+    """The queue's partition count, when the view passed it as validation context."""
+    return (info.context or {}).get("partitions")
+
+
+def _partition_in_queue(value: Any, info: ValidationInfo) -> Any:
+    count = _queue_partitions(info)
+    if value is not None and count is not None and int(value) > count:
+        raise PydanticCustomError(
+            "partition", "must be between 1 and {count}, the queue's partitions", {"count": count}
+        )
+    return value
+
+
+def _partitions_in_queue(value: str | None, info: ValidationInfo) -> str | None:
+    count = _queue_partitions(info)
+    if value is not None and count is not None:
+        for number in map(int, value.split(",")):
+            if number > count:
+                raise PydanticCustomError(
+                    "partition",
+                    "partition {number} is not between 1 and {count}",
+                    {"number": number, "count": count},
+                )
+    return value
+
+
+def _only_grows(value: int | None, info: ValidationInfo) -> int | None:
+    count = _queue_partitions(info)
+    if value is not None and count is not None and value < count:
+        raise PydanticCustomError(
+            "partitions", "may only grow (the queue has {count})", {"count": count}
+        )
+    return value
+
+
+def Integer(low: int, high: int, **field: Any) -> Any:  # noqa: N802 - a type factory
+    return Annotated[int, Field(ge=low, le=high, **field), BeforeValidator(_integer)]
+
+
+Boolean = Annotated[bool, BeforeValidator(_boolean)]
+QueueName = Annotated[str, StringConstraints(pattern=QUEUE_NAME_PATTERN)]
+MessageId = Annotated[
+    str,
+    StringConstraints(pattern=ids.MESSAGE_ID_PATTERN),
+    Field(description="32 hex digits of a version-1 UUID"),
+]
+Seconds = Annotated[
+    str,
+    StringConstraints(pattern=ids.SECONDS_PATTERN),
+    Field(description="seconds since the epoch, a plain decimal (microsecond precision)"),
+]
+PartitionKey = Annotated[str, StringConstraints(max_length=MAX_PARTITION_KEY)]
+
+
+class Model(BaseModel):
+    """Unknown fields are ignored; inputs are never echoed back in errors.
+
+    An optional field defaults to ``None`` ("not given") but an explicit
+    ``null`` is refused, as the schema (which has no null) says.
+    """
+
+    model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
+
+
+@dataclass(frozen=True)
+class Models:
+    """The request and response models of one app (its limits in them)."""
+
+    create_queue: type[Model]
+    update_queue: type[Model]
+    placement: type[Model]
+    batch: type[Model]
+    list_queues: type[Model]
+    read: type[Model]
+    delete_queue: type[Model]
+    checkpoints: type[Model]
+
+
+def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
+    """Models whose bounds are this app's settings."""
+    Partitions = Integer(1, max_partitions)  # noqa: N806
+    Ttl = Integer(1, max_ttl, description="seconds")  # noqa: N806
+
+    class CreateQueue(Model):
+        queue_name: QueueName = Field(None, description="default a random 32-hex name")
+        partitions: Partitions = 1
+        ttl: Ttl = default_ttl
+        type: QueueType = "public"
+        consistency: Consistency = "strong"
+
+    class UpdateQueue(Model):
+        partitions: Annotated[Partitions, AfterValidator(_only_grows)] = Field(
+            None, description="may only grow"
+        )
+        ttl: Ttl = None
+        type: QueueType = None
+        consistency: Consistency = None
+
+    class Placement(Model):
+        partition: Annotated[Partitions, AfterValidator(_partition_in_queue)] = Field(
+            None, description="1..the queue's partitions"
+        )
+        partition_key: PartitionKey = Field(None, description="hashed to a partition")
+        ttl: Ttl = Field(None, description="default the queue's ttl")
+
+    class BatchEntry(Placement):
+        model_config = ConfigDict(
+            json_schema_extra={"not": {"required": ["partition", "partition_key"]}}
+        )
+        body: dict[str, Any]
+
+    class Batch(Model):
+        messages: list[BatchEntry] = Field(min_length=1)
+
+    return Models(
+        create_queue=CreateQueue,
+        update_queue=UpdateQueue,
+        placement=Placement,
+        batch=Batch,
+        list_queues=ListQueues,
+        read=ReadMessages,
+        delete_queue=DeleteQueue,
+        checkpoints=Checkpoints,
+    )
+
+
+class ListQueues(Model):
+    limit: Integer(1, MAX_READ, description="page size") = DEFAULT_READ
+    offset: QueueName = Field(None, description="the queue name to start after")
+    details: Boolean = Field(False, description="metadata instead of names")
+
+
+class ReadMessages(Model):
+    since: MessageId = Field(None, description="only messages strictly after this id")
+    since_timestamp: Seconds = Field(None, description="only messages strictly newer")
+    limit: Integer(1, MAX_READ, description="most messages returned") = DEFAULT_READ
+    order: Order = Field("descending", description="newest first, or oldest first")
+    partitions: Annotated[
+        Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
+        AfterValidator(_partitions_in_queue),
+    ] = Field(None, description="comma list of partitions; default all, merged by time")
+
+
+class DeleteQueue(Model):
+    delete: Boolean = Field(True, description="false removes the messages, keeps the queue")
+
+
+PartitionNumber = Annotated[
+    str,
+    StringConstraints(pattern=rf"^{PARTITION_PATTERN}$"),
+    AfterValidator(_partition_in_queue),
+]
+
+
+class Checkpoints(Model):
+    checkpoints: dict[PartitionNumber, MessageId] = Field(
+        min_length=1, json_schema_extra={"additionalProperties": False}
+    )
+
+
+# -- path parameters ----------------------------------------------------------------
+PATH_PARAMS: dict[str, dict[str, Any]] = {
+    "name": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
+    "ids": {
+        "type": "string",
+        "pattern": MESSAGE_REFS_PATTERN,
+        "description": "comma list of [partition:]message_id (partition defaults to 1)",
+    },
+    "consumer": {"type": "string", "pattern": CONSUMER_PATTERN},
+}
+
+
+# -- responses (documentation of what views write) -----------------------------------
+class Ok(Model):
+    status: Literal["ok"]
+
+
+class Error(Model):
+    status: Literal["error"]
+    error_msg: dict[str, str] = Field(description="one entry per bad field or reason")
+
+
+class QueueInfo(Model):
+    queue_name: str
+    partitions: int
+    created: int = Field(description="seconds since the epoch")
+    type: QueueType
+    ttl: int
+    consistency: Consistency
+
+
+class Queue(QueueInfo):
+    status: Literal["ok"]
+
+
+class QueueList(Model):
+    status: Literal["ok"]
+    queues: list[str] | list[QueueInfo]
+
+
+class MessageRef(Model):
+    message_id: MessageId
+    timestamp: float
+    partition: int
+
+
+class Posted(Model):
+    status: Literal["ok"]
+    messages: list[MessageRef]
+
+
+class Message(MessageRef):
+    body: dict[str, Any]
+
+
+class Messages(Model):
+    status: Literal["ok"]
+    messages: list[Message]
+
+
+class CheckpointsAnswer(Model):
+    status: Literal["ok"]
+    checkpoints: dict[str, MessageId]
+
+
+class Heartbeat(Model):
+    status: Literal["ok", "error"]
+    checks: dict[str, Literal["ok", "unavailable"]]
+
+
+class Version(Model):
+    status: Literal["ok"]
+    name: str
+    version: str
+    storage: str
+
+
+RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
+    Ok,
+    Error,
+    Queue,
+    QueueList,
+    Posted,
+    Messages,
+    CheckpointsAnswer,
+    Heartbeat,
+    Version,
+)
