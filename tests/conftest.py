@@ -12,10 +12,29 @@ import webtest
 
 import queuey
 from queuey.clock import ManualClock
-from tests.support import TestApps, start_live_server, write_applications
+from tests.support import TestApps, server_settings, start_live_server, write_applications
 
 #: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
 CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
+
+#: What passing tests printed (fault figures: sent, acknowledged, lost...), by test id.
+_PRINTED: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call" and report.passed and report.capstdout.strip():
+        _PRINTED[report.nodeid] = report.capstdout.strip()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Show the figures tests printed, so a plain ``make test`` log carries them."""
+    if not _PRINTED:
+        return
+    terminalreporter.section("figures printed by passing tests")
+    for nodeid, text in _PRINTED.items():
+        terminalreporter.write_line(nodeid)
+        for line in text.splitlines():
+            terminalreporter.write_line("    " + line)
 
 
 @pytest.fixture
@@ -148,14 +167,8 @@ def make_live_server(request, tmp_path, applications_file, test_apps):
     servers = []
 
     def make(backend: str = "sqlite", **settings):
-        base = {"queuey.applications": str(applications_file), "queuey.read_delay": "0"}
-        if backend == "sqlite":
-            base["queuey.sqlite.path"] = str(tmp_path / f"live-{len(servers)}.sqlite3")
-        elif backend == "cassandra":
-            base.update(request.getfixturevalue("cassandra_settings"))
-            base["queuey.read_delay"] = "6"
-        else:
-            raise ValueError(backend)
+        sqlite_path = tmp_path / f"live-{len(servers)}.sqlite3"
+        base = server_settings(request, applications_file, backend, sqlite_path)
         base.update(settings)
         server = start_live_server(queuey.main({}, **base), test_apps.app)
         servers.append(server)

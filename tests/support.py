@@ -103,3 +103,19 @@ def start_live_server(wsgi_app: Any, application: str, threads: int = 8) -> Live
         app=wsgi_app,
         _server=server,
     )
+
+
+def server_settings(request, applications_file, backend: str, sqlite_path) -> dict[str, str]:
+    """The settings of a server process or thread on ``backend``: the test
+    applications, and on Cassandra the session's keyspace and a read delay
+    longer than its write timeout."""
+    base = {"queuey.applications": str(applications_file), "queuey.read_delay": "0"}
+    if backend == "sqlite":
+        base["queuey.storage.backend"] = "queuey.storage.sqlite"
+        base["queuey.sqlite.path"] = str(sqlite_path)
+    elif backend == "cassandra":
+        base.update(request.getfixturevalue("cassandra_settings"))
+        base["queuey.read_delay"] = "6"
+    else:
+        raise ValueError(backend)
+    return base

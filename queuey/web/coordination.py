@@ -12,6 +12,7 @@ import threading
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,14 @@ class Coordination:
         """ "ok" when connected to ZooKeeper, else what is wrong."""
         with self._lock:
             if self._client is None:
-                client = KazooClient(hosts=self.hosts, timeout=self.timeout)
+                client = KazooClient(
+                    hosts=self.hosts,
+                    timeout=self.timeout,
+                    # kazoo's default backoff between reconnections grows to an hour, so
+                    # after a long outage the check would report ZooKeeper down long after
+                    # it returned; try again at least every second instead.
+                    connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+                )
                 try:
                     client.start(timeout=self.timeout)
                 except KazooTimeoutError:

@@ -1,0 +1,139 @@
+"""A 3-node Cassandra cluster (RF 3, ``strong`` queues at LOCAL_QUORUM) behind
+the real API, with nodes crashing (``kill -9``) under concurrent posts and reads.
+
+One node down: a quorum remains, so posts and reads go on, and nothing
+acknowledged is lost once it returns. Two nodes down: no quorum, so every
+request gets a clean 503 with ``Retry-After`` within the request timeout (never
+a 500 or a hang), and service resumes by itself when the nodes come back.
+The cluster is this module's own, on its own ports and directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from queuey.harness import cassandra, cassandra_config
+from tests.faults.cassandra_support import (
+    Figures,
+    Traffic,
+    api_settings,
+    crash_under_load,
+    own_cassandra,
+    serve,
+)
+
+pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
+
+KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
+PORTS = {"port": 19442, "storage_port": 17400, "jmx_port": 17500}
+REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+#: The service's Cassandra request timeout (api_settings). A request makes at
+#: most two storage calls in a row (the queue's metadata, then its messages),
+#: each bounded by it, so no answer may take longer than twice that.
+REQUEST_TIMEOUT = 5.0
+#: Slack for a busy 2-core machine on top of the request timeout.
+SLACK = 3.0
+LOAD_SECONDS = 4.0
+OUTAGE_SECONDS = 6.0
+#: Each client's pause between requests: a steady load that leaves the three
+#: JVMs on this 2-core machine room to replay their commit logs on restart.
+PAUSE = 0.25
+DEADLINE = 180.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Three nodes of our own on 127.0.0.1..3, started once for the module."""
+    with own_cassandra(3, tmp_path_factory.mktemp("cassandra-cluster"), PORTS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def api_node(cluster, applications_file, test_apps):
+    """An API node on the cluster, its keyspace replicated to all three nodes."""
+    settings = api_settings(
+        cluster.contact_points,
+        cluster.port,
+        KEYSPACE,
+        applications_file,
+        **{"queuey.cassandra.replication": REPLICATION},
+    )
+    with serve(settings, test_apps.app) as server:
+        yield server
+
+
+def _crash(cluster, server, queue: str, victims):
+    """Kill ``victims`` under posts and reads; restart them through the harness."""
+
+    def kill() -> None:
+        for node in victims:
+            assert cassandra.kill_node(node)
+
+    return crash_under_load(
+        server,
+        queue,
+        kill=kill,
+        restart=lambda: cassandra.ensure_running(3, base_dir=cluster.base_dir, **PORTS),
+        load_s=LOAD_SECONDS,
+        outage_s=OUTAGE_SECONDS,
+        readers=2,
+        pause=PAUSE,
+        deadline=DEADLINE,
+    )
+
+
+def test_one_node_down_service_goes_on_and_loses_nothing(cluster, api_node):
+    run = _crash(cluster, api_node, "minority", cluster.nodes[1:2])
+    traffic = run.traffic
+    statuses = Traffic.statuses(traffic.posts + traffic.reads)
+    figures = Figures.of(
+        run,
+        commitlog=str(cassandra_config.rendered_commitlog(cluster.nodes[0])),
+        failed_reads=sum(o.status != 200 for o in traffic.reads),
+        requests_while_down=len(run.during),
+        acked_posts_while_down=sum(o.status == 201 for o in run.during),
+        ok_reads_while_down=sum(o.status == 200 for o in run.during),
+        failed_while_down=sum(o.status not in (200, 201) for o in run.during),
+        statuses=statuses,
+    ).show("3 nodes, RF 3, one node killed")
+    extra = figures.extra
+    assert figures.lost == 0, f"acknowledged messages lost: {figures}"
+    assert figures.duplicates == 0, f"messages read twice: {figures}"
+    assert "500" not in statuses and "None" not in statuses, f"500 or no answer: {figures}"
+    assert extra["acked_posts_while_down"] > 0 and extra["ok_reads_while_down"] > 0, (
+        f"one node down stopped the service: {figures}"
+    )
+    # Requests in flight on the crashed node may fail (never acknowledged, so
+    # nothing is lost); the rest go on.
+    assert extra["failed_while_down"] <= max(10, extra["requests_while_down"] // 10), (
+        f"too many failures with a quorum up: {figures}"
+    )
+
+
+def test_two_nodes_down_answer_503_then_service_resumes(cluster, api_node):
+    # The API node is never restarted: _crash waits until it acknowledges a
+    # post again after the nodes return (resumed_after_restart_s).
+    run = _crash(cluster, api_node, "majority", cluster.nodes[1:])
+    failures = [o for o in run.during if o.status not in (200, 201)]
+    figures = Figures.of(
+        run,
+        commitlog=str(cassandra_config.rendered_commitlog(cluster.nodes[0])),
+        requests_while_down=len(run.during),
+        answered_503=sum(o.status == 503 for o in failures),
+        without_retry_after=sum(o.status == 503 and not o.retry_after for o in failures),
+        other_failures=sorted({str(o.status) for o in failures} - {"503"}),
+        slowest_failure_s=round(max((o.ended - o.started for o in failures), default=0.0), 1),
+        slowest_request_s=round(max((o.ended - o.started for o in run.during), default=0.0), 1),
+        statuses=Traffic.statuses(run.traffic.posts + run.traffic.reads),
+    ).show("3 nodes, RF 3, two nodes killed")
+    extra = figures.extra
+    assert figures.lost == 0, f"acknowledged messages lost: {figures}"
+    assert figures.duplicates == 0, f"messages read twice: {figures}"
+    assert extra["answered_503"] > 0, f"no 503 with a quorum down: {figures}"
+    assert not extra["other_failures"], f"failures other than 503: {figures}"
+    assert extra["without_retry_after"] == 0, f"503 without Retry-After: {figures}"
+    assert extra["slowest_failure_s"] <= 2 * REQUEST_TIMEOUT + SLACK, (
+        f"a request hung past the request timeout: {figures}"
+    )
