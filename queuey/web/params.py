@@ -15,10 +15,16 @@ from urllib.parse import unquote_to_bytes
 
 from pydantic import BaseModel, ValidationError
 
+from queuey import ids
 from queuey.errors import ServiceError
 from queuey.web import jsonio
 from queuey.web.jsonio import InvalidJSON, NotJSON
-from queuey.web.schemas import QUEUE_NAME_PATTERN
+from queuey.web.schemas import (
+    CONSUMER_PATTERN,
+    MESSAGE_REFS_PATTERN,
+    PARTITIONS_PATTERN,
+    QUEUE_NAME_PATTERN,
+)
 
 __all__ = [
     "InvalidJSON",
@@ -65,10 +71,29 @@ def field_name(loc: tuple[int | str, ...], prefix: str = "") -> str:
     return name or "body"
 
 
+#: What a value failing each pattern should look like, in words a caller can act on.
+PATTERN_WORDS = {
+    ids.SECONDS_PATTERN: "must be seconds since the epoch as a plain decimal, e.g. 1700000000.25",
+    ids.MESSAGE_ID_PATTERN: "must be a message id (32 hex digits of a version-1 UUID)",
+    QUEUE_NAME_PATTERN: "must be 1 to 50 letters, digits, '_' or '-'",
+    CONSUMER_PATTERN: "must be 1 to 100 letters, digits, '_', '.' or '-'",
+    PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
+    MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
+}
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "string_pattern_mismatch":
+        return PATTERN_WORDS.get(error.get("ctx", {}).get("pattern"), error["msg"])
+    if error["type"] == "dict_type":
+        return "must be a JSON object"
+    return error["msg"]
+
+
 def errors_of(exc: ValidationError, prefix: str = "") -> dict[str, str]:
     errors: dict[str, str] = {}
     for error in exc.errors(include_url=False, include_input=False):
-        errors.setdefault(field_name(error["loc"], prefix), error["msg"])
+        errors.setdefault(field_name(error["loc"], prefix), _message(error))
     return errors
 
 

@@ -187,3 +187,22 @@ def test_invalid_utf8_in_the_path_is_400(sqlite_app):
         res = sqlite_app.get(path, headers=sqlite_app.auth, status="*")
         assert res.status_int == 400, (path, res.text)
         assert res.json["status"] == "error"
+
+
+def test_format_errors_say_what_the_value_should_look_like(sqlite_app):
+    """A pattern failure names the expected format, not the regular expression."""
+    create(sqlite_app, "pub", partitions=2)
+    res = sqlite_app.get(
+        "/queue/pub?since_timestamp=1e9&since=xyz&partitions=a",
+        headers=sqlite_app.reader,
+        status=400,
+    )
+    errors = res.json["error_msg"]
+    assert errors["since_timestamp"].startswith("must be seconds since the epoch")
+    assert errors["since"].startswith("must be a message id")
+    assert errors["partitions"].startswith("must be a comma list of partition numbers")
+    assert not any("pattern" in message for message in errors.values()), errors
+    res = sqlite_app.post_json(
+        "/queue/pub/batch", {"messages": [{"body": 5}]}, headers=sqlite_app.auth, status=400
+    )
+    assert res.json["error_msg"] == {"messages[0].body": "must be a JSON object"}
