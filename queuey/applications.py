@@ -20,14 +20,13 @@ from __future__ import annotations
 import configparser
 import hashlib
 import hmac
-import ipaddress
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from queuey.errors import ConfigurationError
-from queuey.settings import Network, parse_networks
+from queuey.settings import Network, address_in, parse_networks
 
 SECTION_PREFIX = "application:"
 
@@ -53,13 +52,7 @@ class Application:
         return matched
 
     def address_allowed(self, address: str | None) -> bool:
-        if not address:
-            return False
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return any(ip in network for network in self.allow)
+        return address_in(address, self.allow)
 
 
 def parse_key_spec(spec: str) -> bytes:

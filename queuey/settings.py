@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,6 +40,15 @@ DEFAULTS: dict[str, str] = {
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def address_in(address: str | None, networks: Iterable[Network]) -> bool:
+    """Whether ``address`` (text, possibly missing or malformed) lies in one of ``networks``."""
+    try:
+        ip = ipaddress.ip_address(address or "")
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
 
 
 def parse_networks(value: str) -> tuple[Network, ...]:

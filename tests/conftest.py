@@ -4,7 +4,6 @@ shared Cassandra keyspace, a fresh ZooKeeper chroot)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -12,10 +11,14 @@ import webtest
 
 import queuey
 from queuey.clock import ManualClock
-from tests.support import TestApps, server_settings, start_live_server, write_applications
-
-#: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
-CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
+from tests.support import (
+    CASSANDRA_KEYSPACE,
+    TestApps,
+    cassandra_settings_for,
+    server_settings,
+    start_live_server,
+    write_applications,
+)
 
 #: What passing tests printed (fault figures: sent, acknowledged, lost...), by test id.
 _PRINTED: dict[str, str] = {}
@@ -69,14 +72,7 @@ def cassandra_settings(cassandra_cluster) -> dict[str, str]:
         cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {CASSANDRA_KEYSPACE}", timeout=60)
     finally:
         cluster.shutdown()
-    return {
-        "queuey.storage.backend": "queuey.storage.cassandra",
-        "queuey.cassandra.contact_points": ",".join(cassandra_cluster.contact_points),
-        "queuey.cassandra.port": str(cassandra_cluster.port),
-        "queuey.cassandra.keyspace": CASSANDRA_KEYSPACE,
-        "queuey.cassandra.create_schema": "true",
-        "queuey.cassandra.request_timeout": "5",
-    }
+    return cassandra_settings_for(cassandra_cluster.contact_points, cassandra_cluster.port)
 
 
 @pytest.fixture

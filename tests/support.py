@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +16,9 @@ from webtest.http import StopableWSGIServer
 KEY = "test-key-1"
 ROTATED_KEY = "test-key-2"  # stored as its sha256 digest
 REMOTE_KEY = "remote-key"  # valid only from 10.0.0.0/8
+
+#: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
+CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
 
 APPLICATIONS_INI = """
 [application:{app}]
@@ -61,17 +66,22 @@ def write_applications(path: Path, apps: TestApps) -> Path:
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 10.0,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
     interval: float = 0.05,
 ) -> Any:
-    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
+    """Poll ``predicate`` until it returns a truthy value or the deadline passes.
+
+    ``what`` names the condition in the timeout's message; a callable is asked
+    only then, so the message can tell the state at the deadline.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {described}")
         time.sleep(interval)
 
 
@@ -105,6 +115,18 @@ def start_live_server(wsgi_app: Any, application: str, threads: int = 8) -> Live
     )
 
 
+def cassandra_settings_for(contact_points: list[str], port: int) -> dict[str, str]:
+    """Settings for the test keyspace on the Cassandra node(s) at ``contact_points``."""
+    return {
+        "queuey.storage.backend": "queuey.storage.cassandra",
+        "queuey.cassandra.contact_points": ",".join(contact_points),
+        "queuey.cassandra.port": str(port),
+        "queuey.cassandra.keyspace": CASSANDRA_KEYSPACE,
+        "queuey.cassandra.create_schema": "true",
+        "queuey.cassandra.request_timeout": "5",
+    }
+
+
 def server_settings(request, applications_file, backend: str, sqlite_path) -> dict[str, str]:
     """The settings of a server process or thread on ``backend``: the test
     applications, and on Cassandra the session's keyspace and a read delay
@@ -119,3 +141,10 @@ def server_settings(request, applications_file, backend: str, sqlite_path) -> di
     else:
         raise ValueError(backend)
     return base
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -47,8 +47,8 @@ class Checkpoint:
     @classmethod
     def for_id(cls, message_id: str) -> Checkpoint:
         """A checkpoint known only by id (e.g. from the HTTP API); the id holds the time."""
-        micros = ids.micros_of(ids.parse_id(message_id))
-        return cls(ids.parse_id(message_id).hex, ids.micros_to_seconds(micros))
+        parsed = ids.parse_id(message_id)
+        return cls(parsed.hex, ids.micros_to_seconds(ids.micros_of(parsed)))
 
     def to_bytes(self, member: str) -> bytes:
         return json.dumps(

@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 #: How a failure queue's name ends (``{queue}-failed``); discovery skips them by default.
 FAILED_SUFFIX = "-failed"
+#: The patterns discovery skips by default: failure queues.
+DEFAULT_EXCLUDE = ("*" + FAILED_SUFFIX,)
 
 
 class QueueDiscovery:
@@ -31,7 +33,7 @@ class QueueDiscovery:
         self,
         client: QueueyClient,
         queues: Sequence[str],
-        exclude: Sequence[str] = ("*" + FAILED_SUFFIX,),
+        exclude: Sequence[str] = DEFAULT_EXCLUDE,
     ) -> None:
         if not queues:
             raise ValueError("a consumer group needs at least one queue name or pattern")

@@ -355,9 +355,7 @@ class ConsumerGroup(GroupMember):
 
     def _release(self, lease: PartitionLease) -> None:
         """Stop work on a partition, commit what finished, delete its owner node."""
-        lease.active = False
-        with lease:  # waits for the batch in hand
-            self._give_up(lease)
+        self._give_up(lease)
         with self._leases_lock:
             if self._leases.get(lease.key) is lease:
                 del self._leases[lease.key]
@@ -365,19 +363,23 @@ class ConsumerGroup(GroupMember):
         self._notify()
 
     def _give_up(self, lease: PartitionLease) -> None:
-        if lease.dirty and self._running.is_set() and self._session == lease.session:
-            lease._commit_held()
-        self._delete_owner(lease.key, lease.session)
+        """Deactivate a lease, wait for the batch in hand, commit what finished, drop the owner."""
+        lease.active = False
+        with lease:
+            if lease.dirty and self._running.is_set() and self._session == lease.session:
+                lease._commit_held()
+            self._delete_owner(lease.key, lease.session)
 
     def _delete_owner(self, key: Partition, session: int | None) -> None:
         """Delete a partition's owner node if ``session`` holds it."""
+        path = self._owner_path(key)
         try:
-            _, stat = self.zk.get(self._owner_path(key))
+            _, stat = self.zk.get(path)
         except NoNodeError:
             return
         if stat.ephemeralOwner == session:
             with contextlib.suppress(NoNodeError):
-                self.zk.delete(self._owner_path(key), version=stat.version)
+                self.zk.delete(path, version=stat.version)
 
     def _leave(self) -> None:
         """Delete the member node first (others start rebalancing), then release all."""
@@ -391,9 +393,7 @@ class ConsumerGroup(GroupMember):
                 with self._leases_lock:
                     leases = list(self._leases.values())
                 for lease in leases:
-                    lease.active = False
-                    with lease:
-                        self._give_up(lease)
+                    self._give_up(lease)
             except KazooException as exc:
                 log.warning(
                     "group %s: leaving cleanly failed (%s); the session end will "

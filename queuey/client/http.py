@@ -37,7 +37,7 @@ from queuey.client.models import (
     given,
     timestamp_param,
 )
-from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, full_jitter, retry_after
+from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, retry_after, retry_wait
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
 
@@ -288,45 +288,38 @@ class QueueyClient:
         attempt = 0
         while True:
             base = self.urls[self._current % len(self.urls)]
+            more = attempt < self.retries
+            asked = None  # the wait the server named (Retry-After)
             try:
                 response = self.session.request(
                     method, base + path, params=params, json=json, timeout=self.timeout
                 )
             except (requests.Timeout, requests.ConnectionError) as exc:
                 if _never_sent(exc):
-                    if attempt >= self.retries:
+                    if not more:
                         raise Unavailable(
                             f"{method} {path}: cannot connect to {base} ({exc})"
                         ) from exc
                     self._current += 1  # fail over to the next node
                     reason = f"cannot connect to {base}"
-                elif repeatable and attempt < self.retries:
-                    self._current += 1  # a node that took the call and never answered is left
-                    reason = f"{exc.__class__.__name__} from {base}"
                 else:
-                    self._current += 1  # so the next call does not wait on a hung node again
-                    raise _sent_and_failed(method, path, base, exc, repeatable) from exc
-                delay = full_jitter(attempt, self.backoff, self.max_backoff)
+                    # A node that took the call and never answered is left, so
+                    # neither a retry nor the next call waits on it again.
+                    self._current += 1
+                    if not (repeatable and more):
+                        raise _sent_and_failed(method, path, base, exc, repeatable) from exc
+                    reason = f"{exc.__class__.__name__} from {base}"
             except requests.RequestException as exc:
                 # The answer came but broke off (a truncated body, a bad encoding).
-                if not (repeat_here and attempt < self.retries):
+                if not (repeat_here and more):
                     raise _sent_and_failed(method, path, base, exc, repeatable) from exc
                 reason = f"{exc.__class__.__name__} from {base}"
-                delay = full_jitter(attempt, self.backoff, self.max_backoff)
             else:
-                if not (
-                    repeat_here
-                    and response.status_code in RETRY_STATUSES
-                    and attempt < self.retries
-                ):
+                if not (repeat_here and more and response.status_code in RETRY_STATUSES):
                     return _decode(method, path, response, repeatable)
                 reason = f"HTTP {response.status_code} from {base}"
-                named = retry_after(response.headers)
-                delay = (
-                    full_jitter(attempt, self.backoff, self.max_backoff)
-                    if named is None
-                    else min(named, self.max_backoff)
-                )
+                asked = retry_after(response.headers)
+            delay = retry_wait(attempt, self.backoff, self.max_backoff, asked)
             log.warning(
                 "%s %s: %s; retry %d/%d in %.2fs",
                 method,

@@ -81,7 +81,6 @@ class GroupMember:
         # The session is alive for at least session_timeout after the server last
         # heard from us; we stop trusting it well before that (see _heartbeat).
         self._confirmed = 0.0
-        self._fresh_for = session_timeout * 2 / 3
         self._heartbeater: threading.Thread | None = None
         #: The session timeout ZooKeeper granted at the last (re)connect (None before).
         self.negotiated_session_timeout: float | None = None
@@ -94,10 +93,10 @@ class GroupMember:
     @property
     def pause_after(self) -> float:
         """Seconds without an answer from ZooKeeper after which the member pauses."""
-        return self._fresh_for
+        return self.effective_session_timeout * 2 / 3
 
     def _granted(self, generation: int, seconds: float) -> None:
-        """Record the session timeout of a (re)connect; the pause deadline follows it."""
+        """Record the session timeout of a (re)connect; :attr:`pause_after` follows it."""
         if generation != self._generation or seconds <= 0:
             return
         if seconds != self.negotiated_session_timeout and seconds != self.session_timeout:
@@ -108,7 +107,6 @@ class GroupMember:
                 seconds,
             )
         self.negotiated_session_timeout = seconds
-        self._fresh_for = seconds * 2 / 3
 
     def _record_negotiation(self, zk: KazooClient, generation: int) -> None:
         """Have ``zk`` report the session timeout the server grants at each connect.
@@ -163,7 +161,7 @@ class GroupMember:
             self._running.is_set()
             and self._session == session
             and not self._stopping.is_set()
-            and time.monotonic() - self._confirmed < self._fresh_for
+            and time.monotonic() - self._confirmed < self.pause_after
         )
 
     def _on_connect(self, zk: KazooClient) -> None:

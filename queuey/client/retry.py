@@ -28,9 +28,9 @@ that cannot change its effect:
 * Other answers, ``4xx`` included, are never retried.
 
 Without ``Retry-After``, the wait before retry number ``n`` (from 0) is full
-jitter: uniform in ``[0, min(max_backoff, backoff * 2**n)]`` (:func:`full_jitter`,
-also used between fail-overs). Every wait goes through the ``pause``
-callable, so a client can measure or shorten them.
+jitter: uniform in ``[0, min(max_backoff, backoff * 2**n)]`` (:func:`full_jitter`;
+:func:`retry_wait` is the whole rule, also used between fail-overs). Every wait
+goes through the ``pause`` callable, so a client can measure or shorten them.
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ RETRY_STATUSES = frozenset({503})
 def full_jitter(attempt: int, backoff: float, max_backoff: float) -> float:
     """The wait before retry ``attempt`` (0 for the first) when the server named none."""
     return random.uniform(0, min(max_backoff, backoff * 2**attempt))
+
+
+def retry_wait(attempt: int, backoff: float, max_backoff: float, asked: float | None) -> float:
+    """The wait before retry ``attempt``: ``asked`` (the server's ``Retry-After``)
+    capped at ``max_backoff``, or full jitter when the server named none."""
+    if asked is None:
+        return full_jitter(attempt, backoff, max_backoff)
+    return min(asked, max_backoff)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -136,13 +144,11 @@ class ClientRetry(Retry):
         return full_jitter(max(0, len(self.history) - 1), self.backoff_factor, self.backoff_max)
 
     def sleep(self, response: BaseHTTPResponse | None = None) -> None:
-        retry_after = None
+        asked = None
         if response is not None and self.respect_retry_after_header:
-            retry_after = self.get_retry_after(response)
-        if retry_after is None:
-            delay = self.get_backoff_time()
-        else:
-            delay = min(self.backoff_max, max(0.0, retry_after))
+            asked = self.get_retry_after(response)
+        attempt = max(0, len(self.history) - 1)
+        delay = retry_wait(attempt, self.backoff_factor, self.backoff_max, asked)
         last = self.history[-1]
         log.warning(
             "%s %s: %s; retry %d/%d in %.2fs",

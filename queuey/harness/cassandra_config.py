@@ -109,6 +109,11 @@ def initial_token(index: int, count: int) -> int:
     return -(2**63) + (2**64 // count) * (index - 1)
 
 
+def config_path(node: CassandraNode) -> Path:
+    """Where :func:`render` writes ``node``'s ``cassandra.yaml``."""
+    return node.directory / "conf" / "cassandra.yaml"
+
+
 def render(cluster: CassandraCluster, node: CassandraNode, commitlog: CommitLogSync) -> Path:
     """Write ``node``'s ``conf/cassandra.yaml`` (creating its directories); its path."""
     dirs = {key: node.directory / key for key in NODE_DIRS}
@@ -129,7 +134,7 @@ def render(cluster: CassandraCluster, node: CassandraNode, commitlog: CommitLogS
         cdc_raw_dir=dirs["cdc_raw"],
         commitlog_sync=commitlog.yaml(),
     )
-    config = dirs["conf"] / "cassandra.yaml"
+    config = config_path(node)
     config.write_text(text)
     return config
 
@@ -137,7 +142,7 @@ def render(cluster: CassandraCluster, node: CassandraNode, commitlog: CommitLogS
 def rendered_commitlog(node: CassandraNode) -> CommitLogSync | None:
     """The commit-log sync a node was last started with (from its rendered yaml)."""
     try:
-        text = (node.directory / "conf" / "cassandra.yaml").read_text()
+        text = config_path(node).read_text()
     except OSError:
         return None
     values = {}

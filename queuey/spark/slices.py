@@ -131,14 +131,11 @@ def probe_bounds(
             until_micros=until_micros,
         )
         oldest = source.read(meta, first)
-        newest = source.read(meta, replace(first, order="descending")) if oldest else []
-        found.append(
-            Bounds(
-                partition,
-                oldest[0].timestamp if oldest else None,
-                newest[0].timestamp if newest else oldest[0].timestamp if oldest else None,
-            )
-        )
+        if not oldest:
+            found.append(Bounds(partition, None, None))
+            continue
+        newest = source.read(meta, replace(first, order="descending")) or oldest
+        found.append(Bounds(partition, oldest[0].timestamp, newest[0].timestamp))
     return found
 
 

@@ -153,7 +153,7 @@ class HttpSource:
         return out
 
     def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int:
-        from queuey.client.http import OutgoingMessage
+        from queuey.client.models import OutgoingMessage
 
         batch = [
             OutgoingMessage(body=json.loads(m.body), partition=m.partition, ttl=m.ttl)

@@ -144,17 +144,16 @@ class QueueyStreamReader(DataSourceStreamReader):
     def latestOffset(self) -> Offset:
         source = self._source()
         meta = self._meta()
-        base = dict(self._position if self._position is not None else self._positions_initial())
+        end = dict(self._position if self._position is not None else self._positions_initial())
         parts = self._partitions(meta)
         for p in parts:
-            base.setdefault(p, 0)
+            end.setdefault(p, 0)
         cutoff = self._cutoff()
         now = source.now_micros()
         limit = self.options.max_messages_per_trigger
-        end = dict(base)
         if limit is None:
             for p in parts:
-                query = _final_after(p, base[p], now, cutoff)
+                query = _final_after(p, end[p], now, cutoff)
                 if query is None:
                     continue
                 newest = source.read(meta, replace(query, limit=1, order="descending"))

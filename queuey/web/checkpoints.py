@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import uuid
+from collections.abc import Mapping
 
 from pyramid.view import view_config
 
@@ -22,11 +24,15 @@ def _consumer(request) -> str:
     return consumer
 
 
+def _answer(checkpoints: Mapping[int, uuid.UUID]):
+    return ok(checkpoints={str(p): checkpoints[p].hex for p in sorted(checkpoints)})
+
+
 @view_config(route_name="queue_checkpoints", request_method="GET", permission=Permission.MANAGE)
 def get_checkpoints(request):
     meta = request.context.meta
     found = request.storage.get_checkpoints(meta.application, meta.name, _consumer(request))
-    return ok(checkpoints={str(p): found[p].hex for p in sorted(found)})
+    return _answer(found)
 
 
 @view_config(route_name="queue_checkpoints", request_method="PUT", permission=Permission.MANAGE)
@@ -37,4 +43,4 @@ def set_checkpoints(request):
     given = validate(request.models.checkpoints, payload, meta.partitions).checkpoints
     parsed = {int(p): ids.parse_message_id(message_id) for p, message_id in given.items()}
     request.storage.set_checkpoints(meta.application, meta.name, consumer, parsed)
-    return ok(checkpoints={str(p): parsed[p].hex for p in sorted(parsed)})
+    return _answer(parsed)

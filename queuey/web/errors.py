@@ -14,7 +14,8 @@ from queuey.errors import (
     QueueNotFound,
     StorageUnavailable,
 )
-from queuey.web.params import InvalidJSON, InvalidParameters, NotJSON, PayloadTooLarge
+from queuey.web.jsonio import InvalidJSON, NotJSON
+from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.responses import error
 from queuey.web.security import Refused
 

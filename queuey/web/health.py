@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 from pyramid.view import view_config
@@ -11,6 +12,16 @@ from queuey.errors import StorageUnavailable
 from queuey.web.responses import json_response
 
 log = logging.getLogger(__name__)
+
+
+@cache
+def release() -> str | None:
+    """The installed version of queuey; ``None`` when running from a source tree
+    without install. Looked up once: it cannot change while the process runs."""
+    try:
+        return version("queuey")
+    except PackageNotFoundError:
+        return None
 
 
 @view_config(route_name="lbheartbeat", request_method=("GET", "HEAD"))
@@ -47,15 +58,11 @@ def heartbeat(request):
 
 @view_config(route_name="version", request_method=("GET", "HEAD"))
 def version_info(request):
-    try:
-        release = version("queuey")
-    except PackageNotFoundError:  # running from a source tree without install
-        release = "unknown"
     return json_response(
         {
             "status": "ok",
             "name": "queuey",
-            "version": release,
+            "version": release() or "unknown",
             "storage": request.registry.queuey_settings.storage_backend,
         }
     )

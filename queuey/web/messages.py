@@ -13,6 +13,7 @@ from queuey.placement import partition_for_key, random_partition
 from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.web import jsonio
 from queuey.web.params import (
+    PATTERN_WORDS,
     InvalidParameters,
     PayloadTooLarge,
     json_body,
@@ -130,7 +131,7 @@ def read_messages(request):
 def _refs(request, meta: QueueMeta) -> list[MessageRef]:
     text = request.matchdict["ids"]
     if not MESSAGE_REFS.fullmatch(text):
-        raise InvalidParameters({"ids": "must be a comma list of [partition:]message_id"})
+        raise InvalidParameters({"ids": PATTERN_WORDS[MESSAGE_REFS_PATTERN]})
     items = text.split(",")
     if len(items) > MAX_READ:
         raise InvalidParameters({"ids": f"give 1 to {MAX_READ} message ids"})

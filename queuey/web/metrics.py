@@ -7,7 +7,6 @@ the counters; ``GET /metrics`` exposes them to addresses in
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 
@@ -16,6 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pyramid.response import Response
 from pyramid.view import view_config
 
+from queuey.settings import address_in
 from queuey.web.responses import error
 
 log = logging.getLogger("queuey.request")
@@ -85,12 +85,7 @@ def metrics_tween_factory(handler, registry):
 
 @view_config(route_name="metrics", request_method="GET")
 def metrics_view(request):
-    allowed = request.registry.queuey_settings.metrics_allow
-    try:
-        peer = ipaddress.ip_address(request.remote_addr or "")
-    except ValueError:
-        peer = None
-    if peer is None or not any(peer in net for net in allowed):
+    if not address_in(request.remote_addr, request.registry.queuey_settings.metrics_allow):
         return error(403, {"client_address": "metrics are not exposed to this address"})
     body = generate_latest(request.registry.metrics.registry)
     return Response(body=body, content_type=CONTENT_TYPE_LATEST.split(";")[0], charset="utf-8")

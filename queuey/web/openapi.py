@@ -11,13 +11,13 @@ live service against this description.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from pyramid.view import view_config
 
+from queuey.web.health import release
 from queuey.web.responses import json_response
 from queuey.web.schemas import PATH_PARAMS, RESPONSE_MODELS, Models
 
@@ -276,10 +276,6 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
 
 
 def spec(models: Models) -> dict[str, Any]:
-    try:
-        release = version("queuey")
-    except PackageNotFoundError:
-        release = "0"
     _, definitions = models_json_schema(
         [(model, "validation") for model in RESPONSE_MODELS], ref_template=REF
     )
@@ -289,7 +285,7 @@ def spec(models: Models) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Queuey",
-            "version": release,
+            "version": release() or "0",
             "description": "A durable, partitioned message queue over HTTP.",
         },
         "paths": described,

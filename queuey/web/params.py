@@ -18,7 +18,6 @@ from pydantic import BaseModel, ValidationError
 from queuey import ids
 from queuey.errors import ServiceError
 from queuey.web import jsonio
-from queuey.web.jsonio import InvalidJSON, NotJSON
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
     MESSAGE_REFS_PATTERN,
@@ -27,14 +26,15 @@ from queuey.web.schemas import (
 )
 
 __all__ = [
-    "InvalidJSON",
+    "PATTERN_WORDS",
     "InvalidParameters",
-    "NotJSON",
     "PayloadTooLarge",
     "field_name",
     "form_or_json",
     "json_body",
+    "parse_pairs",
     "query",
+    "queue_name",
     "validate",
 ]
 
@@ -146,38 +146,37 @@ def query(request) -> dict[str, str]:
     return parse_pairs(request.environ.get("QUERY_STRING", ""))
 
 
-def json_body(request, limit: int) -> Any:
-    """The request body as JSON (415 if it is not JSON, 413 if it is too large)."""
+def _body(request, limit: int) -> bytes:
+    """The raw body, 413 if it is over ``limit`` bytes (declared or actual)."""
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
-    # The body decides, not the Content-Type: `curl -d '{...}'` labels JSON as a form.
     raw = request.body
     if len(raw) > limit:
         raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
-    return jsonio.loads(raw)
+    return raw
 
 
-def form_or_json(request, limit: int) -> Mapping[str, Any]:
-    """Parameters of POST/PUT on queues: a JSON object body, or form fields.
+def json_body(request, limit: int) -> Any:
+    """The request body as JSON (415 if it is not JSON, 413 if it is too large)."""
+    # The body decides, not the Content-Type: `curl -d '{...}'` labels JSON as a form.
+    return jsonio.loads(_body(request, limit))
+
+
+def form_or_json(request, limit: int) -> Any:
+    """Parameters of POST/PUT on queues: a JSON body, or form fields.
 
     A body that starts with ``{`` is JSON whatever its Content-Type says, so
     ``curl -d '{"partitions": 4}'`` (labelled as a form) does what it means.
-    Without a body, the query string holds them.
+    Without a body, the query string holds them. :func:`validate` refuses a
+    JSON body that is not an object.
     """
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
-    body = request.body
+    body = _body(request, limit)
     if not body:
         return query(request)
     if body.lstrip()[:1] != b"{" and request.content_type == "application/x-www-form-urlencoded":
-        if len(body) > limit:
-            raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
         return parse_pairs(body)
-    value = json_body(request, limit)
-    if not isinstance(value, dict):
-        raise InvalidParameters({"body": "parameters must be a JSON object"})
-    return value
+    return jsonio.loads(body)
 
 
 def queue_name(name: str) -> str:

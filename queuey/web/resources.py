@@ -56,13 +56,15 @@ class QueueCache:
     """Queue metadata for a short while, so a post costs one storage write.
 
     Changes made through this process (update, purge, delete) run inside
-    :meth:`changing`, which drops the entry before and after the storage write
-    and keeps any load that overlapped the write from storing what it read: a
-    reader that fetched the old incarnation mid-purge cannot re-cache it, so a
-    post after the purge returns lands in the new incarnation. Changes made
-    through another API node are seen within ``ttl`` seconds; until then that
-    node may accept a message into a queue just purged or deleted elsewhere,
-    which the purge then covers. ``ttl = 0`` turns the cache off.
+    :meth:`changing`, which drops the entry before and after the storage write;
+    each drop bumps a generation, and a load stores what it read only if no
+    drop happened while it ran. So once the write returns, nothing read before
+    it is cached: a reader that fetched the old incarnation mid-purge cannot
+    re-cache it, and a post after the purge returns lands in the new
+    incarnation. Changes made through another API node are seen within ``ttl``
+    seconds; until then that node may accept a message into a queue just purged
+    or deleted elsewhere, which the purge then covers. ``ttl = 0`` turns the
+    cache off.
     """
 
     def __init__(
@@ -76,7 +78,6 @@ class QueueCache:
         #: Bumped whenever a change starts or ends anywhere: a load that saw
         #: another value when it began may hold stale metadata.
         self._generation = 0
-        self._writing: dict[tuple[str, str], int] = {}
 
     def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta:
         if self.ttl <= 0:
@@ -90,7 +91,7 @@ class QueueCache:
             return entry[1]
         meta = load()
         with self._lock:
-            if generation == self._generation and key not in self._writing:
+            if generation == self._generation:
                 if len(self._entries) >= self.max_entries:
                     self._entries.clear()
                 self._entries[key] = (now + self.ttl, meta)
@@ -104,15 +105,8 @@ class QueueCache:
     @contextmanager
     def changing(self, application: str, name: str) -> Iterator[None]:
         """Wrap a storage write that changes the queue's metadata or incarnation."""
-        key = (application, name)
-        with self._lock:
-            self._writing[key] = self._writing.get(key, 0) + 1
         self.forget(application, name)
         try:
             yield
         finally:
-            with self._lock:
-                left = self._writing.pop(key) - 1
-                if left:
-                    self._writing[key] = left
             self.forget(application, name)

@@ -16,7 +16,6 @@ Permissions:
 from __future__ import annotations
 
 import enum
-import ipaddress
 from dataclasses import dataclass
 
 from pyramid.interfaces import ISecurityPolicy
@@ -24,6 +23,7 @@ from pyramid.security import Allowed, Denied
 from zope.interface import implementer
 
 from queuey.applications import Application
+from queuey.settings import address_in
 
 
 class Permission(enum.Enum):
@@ -55,20 +55,12 @@ class Refused(Denied):
 def client_address(request, trusted_proxies) -> str | None:
     """The caller's address; ``X-Forwarded-For`` counts only behind trusted proxies."""
     peer = request.remote_addr
-
-    def trusted(addr: str | None) -> bool:
-        try:
-            ip = ipaddress.ip_address(addr or "")
-        except ValueError:
-            return False
-        return any(ip in net for net in trusted_proxies)
-
-    if not trusted(peer):
+    if not address_in(peer, trusted_proxies):
         return peer
     forwarded = request.headers.get("X-Forwarded-For", "")
     hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
     for hop in reversed(hops):
-        if not trusted(hop):
+        if not address_in(hop, trusted_proxies):
             return hop
     return hops[0] if hops else peer
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from queuey.client import (
     Unauthorized,
     Unavailable,
 )
+from tests.support import free_port
 
 # --------------------------------------------------------------- a scripted server
 
@@ -94,10 +94,7 @@ def scripted() -> Iterator[ScriptedServer]:
 
 def refused_url() -> str:
     """A loopback URL nothing listens on (connection refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def make_client(urls, **kwargs) -> QueueyClient:

@@ -23,7 +23,7 @@ import requests
 import queuey
 from queuey.harness import cassandra
 from queuey.harness.cassandra import CassandraCluster
-from tests.support import LiveServer, start_live_server
+from tests.support import LiveServer, cassandra_settings_for, start_live_server, wait_until
 
 #: Client-side limit on one HTTP request; far above the service's own
 #: Cassandra request timeout, so a request that "hangs" shows as slow, not lost.
@@ -31,17 +31,12 @@ HTTP_TIMEOUT = 30.0
 
 
 def api_settings(
-    contact_points: list[str], port: int, keyspace: str, applications_file: str, **extra: str
+    contact_points: list[str], port: int, applications_file: Path, **extra: str
 ) -> dict[str, Any]:
-    """Settings for an API node on our own Cassandra node(s)."""
+    """Settings for an API node on our own Cassandra node(s), in the test keyspace."""
     return {
         "queuey.applications": str(applications_file),
-        "queuey.storage.backend": "queuey.storage.cassandra",
-        "queuey.cassandra.contact_points": ",".join(contact_points),
-        "queuey.cassandra.port": str(port),
-        "queuey.cassandra.keyspace": keyspace,
-        "queuey.cassandra.create_schema": "true",
-        "queuey.cassandra.request_timeout": "5",
+        **cassandra_settings_for(contact_points, port),
         # Readers hide the newest write timeout's worth of messages (invariant 2).
         "queuey.read_delay": "6",
         **extra,
@@ -226,27 +221,33 @@ class Traffic:
 
     def wait_acked(self, count: int, timeout: float) -> None:
         """Poll until at least ``count`` messages were acknowledged."""
-        deadline = time.monotonic() + timeout
-        while len(self.acked) < count:
-            assert time.monotonic() < deadline, (
-                f"only {len(self.acked)} of {count} messages acknowledged after {timeout:.0f}s; "
+        wait_until(
+            lambda: len(self.acked) >= count,
+            timeout,
+            lambda: (
+                f"{count} acknowledged messages (got {len(self.acked)}); "
                 f"post statuses {self.statuses(self.posts)}"
-            )
-            time.sleep(0.1)
+            ),
+            interval=0.1,
+        )
 
     def wait_recovered(self, since: float, timeout: float) -> float:
         """Poll until a post started after ``since`` was acknowledged; its end time."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def first_ack() -> float | None:
             with self._lock:
                 done = [o.ended for o in self.posts if o.started > since and o.status == 201]
-            if done:
-                return min(done)
-            assert time.monotonic() < deadline, (
-                f"no post acknowledged within {timeout:.0f}s of the nodes' return; "
+            return min(done, default=None)
+
+        return wait_until(
+            first_ack,
+            timeout,
+            lambda: (
+                f"a post acknowledged after the nodes' return; "
                 f"post statuses {self.statuses(self.posts)}"
-            )
-            time.sleep(0.1)
+            ),
+            interval=0.1,
+        )
 
     @property
     def last_ack(self) -> float:

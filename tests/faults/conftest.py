@@ -11,16 +11,14 @@ Cassandra node (the ``QUEUEY_TEST_KEYSPACE`` keyspace).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +26,7 @@ import pytest
 import requests
 
 from queuey.client import ClientError, OutgoingMessage, QueueyClient, Unavailable
-from tests.support import KEY, server_settings, wait_until
+from tests.support import KEY, free_port, server_settings, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,12 +67,6 @@ formatter = generic
 [formatter_generic]
 format = %(asctime)s %(levelname)-5.5s [%(name)s] %(message)s
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ApiNode:
@@ -175,8 +167,6 @@ class PosterCounts:
     acked_ids: set[str] = field(default_factory=set)  # the message ids those answers gave
     requests: int = 0
     failures: int = 0  # requests that ended in an error (after the client's own retries)
-    failed_keys: set[str] = field(default_factory=set)  # never acknowledged
-    first_failure: float | None = None
     longest_stall: float = 0.0  # longest time between two acknowledgements
     last_error: str = ""
     ack_times: list[float] = field(default_factory=list)  # monotonic, one per 201
@@ -253,8 +243,6 @@ class AckingPoster:
                 except ClientError as exc:
                     counts.failures += 1
                     counts.last_error = str(exc)[:300]
-                    if counts.first_failure is None:
-                        counts.first_failure = time.monotonic()
                     if not isinstance(exc, Unavailable) and exc.status not in (None, 503):
                         break  # the service refused it: posting again will not help
                     continue
@@ -265,8 +253,6 @@ class AckingPoster:
                 counts.acked.update(keys)
                 counts.acked_ids.update(p.message_id for p in posted)
                 break
-            else:
-                counts.failed_keys.update(keys)
             if self.pause:
                 self._stop.wait(self.pause)
 
@@ -277,6 +263,24 @@ def read_back(client: QueueyClient, queue: str, partitions: int) -> Counter:
     for partition in range(1, partitions + 1):
         for message in client.iter_messages(queue, partitions=[partition], since_timestamp="0"):
             found[message.body.get("key")] += 1
+    return found
+
+
+def read_back_complete(
+    read: Callable[[], Counter], expected: set[str], timeout: float, interval: float
+) -> Counter:
+    """Poll ``read`` (a read-back) until it holds every ``expected`` key, since a
+    read delay hides the newest messages for a moment, or ``timeout`` passes;
+    the last read-back, complete or not (the caller counts what is missing)."""
+    found: Counter = Counter()
+
+    def complete() -> bool:
+        nonlocal found
+        found = read()
+        return expected <= set(found)
+
+    with contextlib.suppress(AssertionError):
+        wait_until(complete, timeout, "every acknowledged message to be readable", interval)
     return found
 
 
@@ -380,9 +384,3 @@ def own_zookeeper_chroot(own_zookeeper) -> str:
         admin.stop()
         admin.close()
     return own_zookeeper.hosts + chroot
-
-
-def environ_with(**values: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(values)
-    return env

@@ -9,8 +9,6 @@ is counted as it was given.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import uuid
@@ -25,6 +23,7 @@ from tests.support import KEY
 
 #: Ports of this module's own node (the shared node is 19042/17000).
 NATIVE_PORT, STORAGE_PORT, JMX_PORT = 19642, 17600, 17699
+PORTS = {"port": NATIVE_PORT, "storage_port": STORAGE_PORT, "jmx_port": JMX_PORT}
 #: A request the service cannot answer within this long counts as a hang.
 REQUEST_TIMEOUT = 30.0
 
@@ -34,31 +33,21 @@ class OwnCassandra:
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
+        (self.node,) = cassandra.cluster_spec(1, base_dir=base_dir, **PORTS).nodes
 
     def start(self) -> float:
         """Start the node (if not running) and wait until it answers CQL; seconds taken."""
         started = time.monotonic()
-        cassandra.ensure_running(
-            1, NATIVE_PORT, storage_port=STORAGE_PORT, jmx_port=JMX_PORT, base_dir=self.base_dir
-        )
+        cassandra.ensure_running(1, base_dir=self.base_dir, **PORTS)
         return time.monotonic() - started
 
     @property
     def pid(self) -> int | None:
-        (node,) = cassandra.cluster_spec(
-            1, NATIVE_PORT, storage_port=STORAGE_PORT, jmx_port=JMX_PORT, base_dir=self.base_dir
-        ).nodes
-        return process.running_pid(node.pidfile)
+        return process.running_pid(self.node.pidfile)
 
     def kill(self) -> None:
         """``kill -9`` the node's JVM (only the pid our pidfile recorded)."""
-        pid = self.pid
-        assert pid is not None, "the node is not running"
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while self.pid is not None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert self.pid is None, f"Cassandra pid {pid} survived SIGKILL"
+        assert cassandra.kill_node(self.node), "the node is not running"
 
     def stop(self) -> None:
         cassandra.stop(1, base_dir=self.base_dir)

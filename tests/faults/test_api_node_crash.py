@@ -25,8 +25,8 @@ import time
 import pytest
 
 from queuey.client import QueueyClient, Unavailable
-from tests.faults.conftest import AckingPoster, PostingFigures, read_back
-from tests.support import KEY, wait_until
+from tests.faults.conftest import AckingPoster, PostingFigures, read_back, read_back_complete
+from tests.support import KEY
 
 PARTITIONS = 4
 BEFORE = 10.0  # seconds of posting through both nodes
@@ -74,18 +74,11 @@ def run_fault(make_api_node, test_apps, backend: str, fault: str) -> tuple[Posti
         for p in posters
     ]
     expected = set().union(*(p.counts.acked for p in posters))
-    found = {}
     with QueueyClient(survivor.url, test_apps.app, KEY) as reader:
-
-        def all_there() -> bool:  # Cassandra hides the newest read_delay seconds
-            found["counts"] = read_back(reader, queue, PARTITIONS)
-            return expected <= set(found["counts"])
-
-        try:
-            wait_until(all_there, 60, "every acknowledged message to be readable", interval=1)
-        except AssertionError:
-            pass  # counted (and asserted) by the caller
-    figures = PostingFigures.count(posters, found["counts"])
+        found = read_back_complete(
+            lambda: read_back(reader, queue, PARTITIONS), expected, timeout=60, interval=1
+        )
+    figures = PostingFigures.count(posters, found)
     extra = {
         "acked_before": acked_before,
         "acked_after": figures.acked - acked_before,

@@ -10,8 +10,6 @@ The cluster is this module's own, on its own ports and directory.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from queuey.harness import cassandra, cassandra_config
@@ -26,7 +24,6 @@ from tests.faults.cassandra_support import (
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
-KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
 PORTS = {"port": 19442, "storage_port": 17400, "jmx_port": 17500}
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 3}"
 #: The service's Cassandra request timeout (api_settings). A request makes at
@@ -56,7 +53,6 @@ def api_node(cluster, applications_file, test_apps):
     settings = api_settings(
         cluster.contact_points,
         cluster.port,
-        KEYSPACE,
         applications_file,
         **{"queuey.cassandra.replication": REPLICATION},
     )

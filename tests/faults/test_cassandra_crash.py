@@ -9,8 +9,6 @@ the last acknowledged posts before the crash vanished on restart.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from queuey.harness import cassandra, cassandra_config
@@ -24,7 +22,6 @@ from tests.faults.cassandra_support import (
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
-KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
 PORTS = {"port": 19342, "storage_port": 17300, "jmx_port": 17399}
 #: Load before the crash: past one 10 s periodic sync period, so the old
 #: configuration always had acknowledged writes that no sync covered yet.
@@ -38,7 +35,7 @@ def node(tmp_path_factory):
 
 
 def test_acknowledged_posts_survive_kill_9_of_the_node(node, applications_file, test_apps):
-    settings = api_settings(node.contact_points, node.port, KEYSPACE, applications_file)
+    settings = api_settings(node.contact_points, node.port, applications_file)
     with serve(settings, test_apps.app) as server:
         run = crash_under_load(
             server,

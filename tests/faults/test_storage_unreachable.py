@@ -13,10 +13,12 @@ Figures are printed (run pytest with ``-s``) and put in the assertion messages.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
+from tests.faults.conftest import read_back_complete
 from tests.faults.storage_support import NATIVE_PORT, OwnCassandra, Prober, figures
 from tests.support import wait_until
 
@@ -80,21 +82,9 @@ def _recovers(prober: Prober) -> float:
     return time.monotonic() - started
 
 
-def _read_back_everything(prober: Prober):
-    """Poll until every acknowledged message is readable (the read delay hides
-    the newest ones for a moment), or the deadline passes; the last read-back."""
-    found = {}
-
-    def complete() -> bool:
-        nonlocal found
-        found = prober.read_back()
-        return set(prober.answers.acked) <= set(found)
-
-    try:
-        wait_until(complete, 30, "every acknowledged message to be readable", interval=0.5)
-    except AssertionError:
-        pass  # counted as lost below, with the figures
-    return found
+def _read_back_everything(prober: Prober) -> Counter:
+    """Every message stored, once the acknowledged ones are readable (or 30 s passed)."""
+    return read_back_complete(prober.read_back, set(prober.answers.acked), 30, interval=0.5)
 
 
 def test_service_starts_without_cassandra_and_recovers_when_it_comes(

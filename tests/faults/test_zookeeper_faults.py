@@ -34,6 +34,7 @@ The last tests check the detectors themselves on made-up records (pure logic).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -53,7 +54,7 @@ from tests.client.conftest import (
     worker_settings,
 )
 from tests.client.test_group import expire_session
-from tests.faults.conftest import REPO, AckingPoster, environ_with
+from tests.faults.conftest import REPO, AckingPoster
 from tests.faults.faults_support import (
     Owner,
     OwnershipSampler,
@@ -95,11 +96,12 @@ class WorkerProcesses:
                 for section, values in sections.items()
             )
         )
-        env = environ_with(
-            FAULT_WORKER_NAME=name,
-            FAULT_PROCESSING_LOG=str(self.log),
-            FAULT_JOB_DELAY=str(JOB_DELAY),
-        )
+        env = {
+            **os.environ,
+            "FAULT_WORKER_NAME": name,
+            "FAULT_PROCESSING_LOG": str(self.log),
+            "FAULT_JOB_DELAY": str(JOB_DELAY),
+        }
         script = Path(sys.executable).with_name("queuey-worker")
         with (self.workdir / f"{name}.log").open("ab") as out:
             proc = subprocess.Popen(

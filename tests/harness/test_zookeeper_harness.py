@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from queuey.harness import process, zookeeper
+from tests.support import free_port
 
 pytestmark = pytest.mark.zookeeper
 
@@ -22,12 +22,6 @@ def _client(hosts: str) -> KazooClient:
     client = KazooClient(hosts=hosts, timeout=10)
     client.start(timeout=15)
     return client
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,7 @@ def test_ephemeral_node_vanishes_when_its_session_closes(hosts: str, root: str) 
 
 def test_stop_kills_only_the_process_we_started(tmp_path: Path) -> None:
     base = tmp_path / "zk"
-    port = _free_port()
+    port = free_port()
     server = zookeeper.ensure_running(port, base_dir=base)
     ours = process.PidRecord.load(server.pidfile)
     assert ours is not None and process.running_pid(server.pidfile) == ours.pid

@@ -7,8 +7,6 @@ consistency level, so the tests check what Cassandra was actually asked.
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +15,11 @@ from cassandra.query import BatchStatement, BoundStatement
 from queuey import ids
 from queuey.storage import NewMessage
 from queuey.storage.cassandra import CassandraStorage
+from tests.support import CASSANDRA_KEYSPACE
 
 #: Beside the run's own keyspace (``QUEUEY_TEST_KEYSPACE``), so parallel runs
 #: on one node never share these tables either.
-KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test") + "_specific"
+KEYSPACE = CASSANDRA_KEYSPACE + "_specific"
 MICROS = ids.MICROS
 
 
@@ -95,9 +94,3 @@ def put(store, queue, n, partition=1, ttl=600):
 
 def raw(store: CassandraStorage, cql: str, params: tuple = ()) -> list[tuple]:
     return list(store.session.execute(cql, params))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

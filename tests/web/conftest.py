@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 
 
+def _settler(app, clock):
+    """Move ``app``'s clock past the read delay, so fresh posts become readable."""
+    delay = app.app.registry.queuey_settings.read_delay
+    # A batch minted on a frozen clock spans a few microseconds past "now".
+    return lambda: clock.advance(delay + 0.01)
+
+
 @pytest.fixture
 def settle(app, clock):
     """Move the app's clock past the read delay, so fresh posts become readable."""
-    delay = app.app.registry.queuey_settings.read_delay
-
-    def run():
-        # A batch minted on a frozen clock spans a few microseconds past "now".
-        clock.advance(delay + 0.01)
-
-    return run
+    return _settler(app, clock)
 
 
 @pytest.fixture
@@ -26,5 +27,4 @@ def sqlite_app(make_app, sqlite_storage, wrap_app):
 @pytest.fixture
 def sqlite_settle(sqlite_app, clock):
     """``settle`` for ``sqlite_app``."""
-    delay = sqlite_app.app.registry.queuey_settings.read_delay
-    return lambda: clock.advance(delay + 0.01)
+    return _settler(sqlite_app, clock)

@@ -192,3 +192,40 @@ def test_json_text_parses_strictly_or_is_a_400_or_415(raw):
     text = jsonio.dumps(value)
     text.encode("utf-8")
     json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in output"))
+
+
+def deepest(raw: bytes) -> int:
+    """The nesting depth as a reader of the bytes sees it, one byte at a time:
+    brackets outside strings, a backslash in a string escaping the next byte."""
+    depth = deepest_seen = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == ord("\\"):
+                escaped = True
+            elif byte == ord('"'):
+                in_string = False
+        elif byte == ord('"'):
+            in_string = True
+        elif byte in b"[{":
+            depth += 1
+            deepest_seen = max(deepest_seen, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest_seen
+
+
+@PROPERTY
+@given(raw=st.lists(st.sampled_from([b"[", b"]", b"{", b"}", b'"', b"\\", b"a"])).map(b"".join))
+@pytest.mark.parametrize("limit", [0, 1, 3])
+def test_the_depth_check_refuses_exactly_what_nests_too_deep(raw, limit):
+    """Also for bytes that are not JSON: the check runs before the parser."""
+    too_deep = deepest(raw) > limit
+    try:
+        jsonio.check_depth(raw, limit)
+    except jsonio.InvalidJSON:
+        assert too_deep, raw
+    else:
+        assert not too_deep, raw

@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from queuey.client.discovery import FAILED_SUFFIX
+from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
 from queuey.client.group import DEFAULT_ROOT
 from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ
 
 DEFAULT_FAILURE_QUEUE = "{queue}" + FAILED_SUFFIX
-DEFAULT_EXCLUDE = ("*" + FAILED_SUFFIX,)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,15 +73,12 @@ class SQLiteStorage(Storage):
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
         )
-        self._db.run(self._create_schema)
+        with self._db.write() as conn:
+            create_schema(conn)
 
     # -- connections ------------------------------------------------------------
     def _reader(self) -> sqlite3.Connection:
         return self._db.reader()
-
-    def _create_schema(self) -> None:
-        with self._db.write() as conn:
-            create_schema(conn)
 
     # -- queues -------------------------------------------------------------------
     def create_queue(self, meta: QueueMeta) -> QueueMeta:

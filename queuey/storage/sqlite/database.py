@@ -7,6 +7,7 @@ here as :class:`~queuey.errors.StorageUnavailable`.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import TypeVar
 from queuey.errors import StorageUnavailable
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def unavailable(exc: sqlite3.Error) -> StorageUnavailable:
@@ -74,16 +76,26 @@ class Database:
             conn = self.writer
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                yield conn
                 conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise unavailable(exc) from exc
+            except BaseException as exc:
+                self.rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise unavailable(exc) from exc
+                raise
+
+    def rollback(self) -> None:
+        """End the writer's open transaction, if any (caller holds :attr:`write_lock`).
+
+        Called while another error is on its way out: a failed rollback is
+        logged rather than raised over it.
+        """
+        if not self.writer.in_transaction:
+            return
+        try:
+            self.writer.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.error("sqlite: rollback after a failed write failed: %s", exc)
 
     def close(self) -> None:
         with self._connections_lock:

@@ -108,7 +108,7 @@ class GroupCommit:
         except BaseException as exc:
             if not isinstance(exc, sqlite3.Error):
                 log.error("sqlite: group commit of %d writes failed", len(jobs), exc_info=exc)
-            self._roll_back(conn)
+            self.db.rollback()
             for job in jobs:
                 job.fail(failed(exc))
             if not isinstance(exc, Exception):
@@ -130,15 +130,6 @@ class GroupCommit:
             conn.execute("RELEASE job")
             job.fail(failed(exc))
         return last
-
-    @staticmethod
-    def _roll_back(conn: sqlite3.Connection) -> None:
-        if not conn.in_transaction:
-            return
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            log.error("sqlite: rollback after a failed group commit failed: %s", exc)
 
     def _insert(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """Mint ids after ``last`` and insert the job's messages; returns the new last."""
