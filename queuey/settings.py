@@ -37,6 +37,8 @@ DEFAULTS: dict[str, str] = {
     "queuey.zookeeper.hosts": "",
     "queuey.retry_after": "5",
     "queuey.metadata_cache_seconds": "1",
+    "queuey.dedup_window": "300",
+    "queuey.reserve.max_waiting": "64",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -139,6 +141,15 @@ def load_settings(
     if not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")
     return parsed
+
+
+def dedup_window(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> int:
+    """``queuey.dedup_window``: seconds a ``dedup_id`` is remembered (1 to 7 days).
+
+    Storage backends read it in ``load_from_config`` (the store keeps the ids).
+    """
+    raw = merged(settings, environ)
+    return _get(raw, "queuey.dedup_window", int, lambda v: 1 <= v <= 604800)
 
 
 def check_read_delay(settings: Settings, write_timeout: float) -> None:

@@ -19,6 +19,12 @@ every backend):
   store's, so it is exact and testable.
 * Every driver exception is wrapped into :class:`queuey.errors.StorageUnavailable`
   at the backend boundary.
+* A read never returns a message whose timestamp is after ``now_micros``: a
+  delayed message is stored with its id minted at its due time, so it is
+  invisible to every reader (stream or work queue) until then and appears in
+  id order at that instant.
+
+Work queues (subscriptions) are described at :class:`Storage.reserve`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import abc
 import heapq
 import importlib
 import itertools
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,15 +62,40 @@ class QueueMeta:
     consistency: Consistency = "strong"
     created: int = 0  # microseconds since the epoch
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Work-queue settings: seconds a reservation lasts unless extended.
+    visibility_timeout: int = 30
+    #: Deliveries after which an unacknowledged message is dead-lettered (0: never).
+    max_attempts: int = 0
+    #: The queue dead letters go to; ``None`` means ``<name>-dead``.
+    dead_letter_queue: str | None = None
+    #: Default delivery delay, seconds, for messages posted without one.
+    delay: int = 0
+
+    @property
+    def dead_letter_name(self) -> str:
+        return self.dead_letter_queue or self.name + "-dead"
 
 
 @dataclass(frozen=True)
 class NewMessage:
-    """A message to store. ``body`` is its JSON text (an object), kept verbatim."""
+    """A message to store. ``body`` is its JSON text (an object), kept verbatim.
+
+    ``delay``: seconds (0 up to ``ttl``) before the message becomes visible; the
+    backend mints its id at ``now + delay`` and its expiry stays ``now + ttl``.
+    ``priority``: 0-9, higher is reserved first within a subscription.
+    ``dedup_id``: a second message with the same ``dedup_id`` put to the same
+    queue incarnation within the backend's ``dedup_window`` seconds stores
+    nothing and is answered with the first message.
+    ``attributes``: at most 10 string keys to string values, returned on reads.
+    """
 
     body: str
     partition: int
     ttl: int
+    delay: int = 0
+    priority: int = 0
+    dedup_id: str | None = None
+    attributes: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +107,8 @@ class Message:
     partition: int
     body: str
     expires: int  # microseconds since the epoch; gone from reads at this instant
+    priority: int = 0
+    attributes: Mapping[str, str] | None = None  # None when the message has none
 
 
 @dataclass(frozen=True)
@@ -107,6 +141,100 @@ class ReadQuery:
     until_micros: int | None = None
 
 
+ReceiptStatus = Literal["acked", "expired", "unknown"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message handed to one consumer of a subscription.
+
+    ``attempts`` counts deliveries in this subscription including this one.
+    ``receipt`` names this lease; see :func:`make_receipt`.
+    """
+
+    message: Message
+    attempts: int
+    receipt: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message whose last allowed delivery ended without an ack.
+
+    The backend has claimed it for dead-lettering (no consumer will get it
+    again); the caller posts it to the dead-letter queue and then calls
+    :meth:`Storage.ack` with ``claim``. If the caller dies in between, the
+    claim lapses after the queue's visibility timeout and a later
+    :meth:`Storage.reserve` returns the same message as a dead letter again,
+    with a new claim (the caller posts with a deterministic ``dedup_id`` so the
+    dead-letter queue still holds it once).
+    """
+
+    message: Message
+    attempts: int
+    last_error: str
+    claim: str
+
+
+@dataclass(frozen=True)
+class Reserved:
+    deliveries: list[Delivery]
+    dead_letters: list[DeadLetter]
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    subscription: str
+    available: int
+    in_flight: int
+    delayed: int
+    dead_lettered: int
+    oldest_available_timestamp: int | None  # microseconds
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    partition: int
+    messages: int
+    oldest_timestamp: int | None  # microseconds
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    messages: int
+    oldest_timestamp: int | None
+    partitions: list[PartitionStats]
+    subscriptions: list[SubscriptionStats]
+
+
+def make_receipt(partition: int, message_id: uuid.UUID, token: str) -> str:
+    """A receipt: ``<partition>-<message id hex>-<token>``; the token is the
+    backend's (``[0-9a-z]{1,40}``) and differs for every lease of a message."""
+    return "%d-%s-%s" % (partition, message_id.hex, token)
+
+
+RECEIPT_PATTERN = r"^[0-9]{1,5}-[0-9a-f]{32}-[0-9a-z]{1,40}$"
+_RECEIPT = re.compile(RECEIPT_PATTERN)
+
+
+def parse_receipt(receipt: str) -> tuple[int, uuid.UUID, str] | None:
+    """``(partition, message id, token)``, or ``None`` when malformed."""
+    if not isinstance(receipt, str) or not _RECEIPT.match(receipt):
+        return None
+    partition, hexid, token = receipt.split("-")
+    try:
+        message_id = uuid.UUID(hex=hexid)
+    except ValueError:
+        return None
+    if message_id.version != 1:
+        return None
+    return int(partition), message_id, token
+
+
+def _work_queue_method(method):  # TEMP: made abstract again once both backends implement them
+    return method
+
+
 class Storage(abc.ABC):
     """A message store. Implementations must be safe to share between threads."""
 
@@ -121,6 +249,10 @@ class Storage(abc.ABC):
     #: ``queuey.max_ttl`` above it, so no accepted ttl can fail in the store.
     #: A backend that can keep longer says so; 20 years is Cassandra's limit.
     max_ttl: int = 630_720_000
+
+    #: Seconds within which a second put of the same ``dedup_id`` to a queue
+    #: stores nothing (``queuey.dedup_window``, set by ``load_from_config``).
+    dedup_window: int = 300
 
     # -- queues ---------------------------------------------------------------
     @abc.abstractmethod
@@ -139,7 +271,8 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
-        """Change ``partitions`` (only upwards), ``ttl``, ``type`` or ``consistency``.
+        """Change ``partitions`` (only upwards), ``ttl``, ``type``, ``consistency``,
+        ``visibility_timeout``, ``max_attempts``, ``dead_letter_queue`` or ``delay``.
 
         A change given as ``None`` leaves that field as it is.
 
@@ -186,6 +319,106 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def delete_messages(self, queue: QueueMeta, refs: Sequence[MessageRef]) -> None:
         """Remove these messages; unknown ids are ignored."""
+
+    # -- work queues ----------------------------------------------------------
+    @_work_queue_method
+    def reserve(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        *,
+        partitions: Sequence[int],
+        limit: int,
+        visibility_timeout: int,
+        now_micros: int,
+        settled_micros: int,
+    ) -> Reserved:
+        """Lease up to ``limit`` available messages of ``partitions`` to one consumer.
+
+        A subscription is a named, independent work-queue consumer of the queue
+        (created on first use, starting at the oldest live message). Each live
+        message is, per subscription, in one of these states: *new* (never
+        delivered), *leased* (until its lease ends), *available again* (lease
+        ended, or released, and its release delay passed), *acked* or
+        *dead-lettered* (final). A message is available when it is new and its
+        timestamp is at or before ``now_micros``, or available again.
+
+        Order: higher ``priority`` first; within a priority, messages available
+        again before new ones, each oldest first (by timestamp).
+
+        Every returned delivery's lease lasts ``visibility_timeout`` seconds
+        from ``now_micros``; its attempt count is one more than before. Within
+        a lease no other call (from any process or API node) gets the message,
+        unless it is released. An available message whose attempt count has
+        reached ``queue.max_attempts`` (when not 0) is not delivered: it is
+        returned in ``dead_letters`` (not counted in ``limit``), claimed for
+        ``queue.visibility_timeout`` seconds.
+
+        ``settled_micros`` (at or before ``now_micros``): every message with a
+        timestamp at or before it is visible to this call; newer messages may
+        still be in flight (Cassandra's write timeout). A backend must not
+        record a subscription as past a message it could not have seen; it may
+        deliver newer visible messages early as long as it remembers them.
+        """
+
+    @_work_queue_method
+    def ack(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
+    ) -> dict[str, ReceiptStatus]:
+        """Finish the leased messages: they are never delivered again in this subscription.
+
+        Per receipt: ``acked`` when it is the message's current lease (even if
+        the lease ended, as long as no one reserved the message again) or when
+        this receipt acked the message already; ``expired`` when the message
+        has been leased again, released or dead-lettered since;
+        ``unknown`` when the receipt is malformed or names a partition or
+        message this subscription never delivered. Also acks dead-letter claims.
+        """
+
+    @_work_queue_method
+    def release(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        delay: int = 0,
+        error: str | None = None,
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        """End the leases now: the messages are available again after ``delay``
+        seconds, their attempt counts unchanged; ``error`` is kept as the
+        message's last error. A message whose attempt count reached
+        ``queue.max_attempts`` is claimed for dead-lettering instead and
+        returned. Statuses as for :meth:`ack` (``acked`` meaning released)."""
+
+    @_work_queue_method
+    def extend(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        visibility_timeout: int,
+    ) -> dict[str, ReceiptStatus]:
+        """Make the leases end ``visibility_timeout`` seconds after ``now_micros``.
+        A lease that ended but whose message was not leased again is revived.
+        Statuses as for :meth:`ack` (``acked`` meaning extended)."""
+
+    @_work_queue_method
+    def reopen(
+        self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
+    ) -> int:
+        """Make finished (acked or dead-lettered) live messages available again in
+        ``subscription`` with an attempt count of 0 (redrive). Messages that are
+        gone, not finished or unknown are skipped. Idempotent; returns how many
+        were reopened."""
+
+    @_work_queue_method
+    def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
+        """Message counts per partition and per subscription (every subscription
+        used on this incarnation). Counts may be approximate: a backend says in
+        its docs how, and is never off by more than the messages that changed
+        state during the call."""
 
     # -- checkpoints ----------------------------------------------------------
     @abc.abstractmethod

@@ -189,7 +189,7 @@ class CassandraStorage(Storage):
         c = self._connection()
         rows = c.session.execute(
             c.st.insert_queue,
-            astuple(meta),  # the columns are in QueueMeta's field order
+            astuple(meta)[:8],  # TEMP until schema v2: the first 8 columns in field order
             execution_profile=P_META,
         ).all()
         applied, _ = _applied(rows)

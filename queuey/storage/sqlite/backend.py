@@ -88,7 +88,7 @@ class SQLiteStorage(Storage):
             try:
                 conn.execute(
                     "INSERT INTO queues VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    astuple(meta),  # the columns are in QueueMeta's field order
+                    astuple(meta)[:8],  # TEMP until schema v2: the first 8 columns in field order
                 )
             except sqlite3.IntegrityError as exc:
                 raise QueueExists(meta.name) from exc
