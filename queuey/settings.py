@@ -39,6 +39,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.metadata_cache_seconds": "1",
     "queuey.dedup_window": "300",
     "queuey.reserve.max_waiting": "64",
+    "queuey.reserve.poll_interval": "0.5",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -77,6 +78,14 @@ class Settings:
     zookeeper_hosts: str
     retry_after: int
     metadata_cache_seconds: float
+    #: Seconds a ``dedup_id`` is remembered (``queuey.dedup_window``).
+    dedup_window: int
+    #: Most ``reserve`` calls of this process that long-poll at once; one
+    #: more answers at once (each waiting call holds a server thread).
+    reserve_max_waiting: int
+    #: Longest pause, seconds, between a long poll's storage checks when no
+    #: post on this process wakes it (delayed messages, other API nodes).
+    reserve_poll_interval: float
     raw: Mapping[str, Any]
 
     @property
@@ -136,6 +145,11 @@ def load_settings(
         zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),
         retry_after=_get(raw, "queuey.retry_after", int, lambda v: v >= 1),
         metadata_cache_seconds=_get(raw, "queuey.metadata_cache_seconds", float, lambda v: v >= 0),
+        dedup_window=dedup_window(raw, environ={}),
+        reserve_max_waiting=_get(raw, "queuey.reserve.max_waiting", int, lambda v: 0 <= v <= 10000),
+        reserve_poll_interval=_get(
+            raw, "queuey.reserve.poll_interval", float, lambda v: 0.01 <= v <= 0.5
+        ),
         raw=raw,
     )
     if not parsed.applications_file:

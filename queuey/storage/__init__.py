@@ -19,10 +19,11 @@ every backend):
   store's, so it is exact and testable.
 * Every driver exception is wrapped into :class:`queuey.errors.StorageUnavailable`
   at the backend boundary.
-* A read never returns a message whose timestamp is after ``now_micros``: a
-  delayed message is stored with its id minted at its due time, so it is
-  invisible to every reader (stream or work queue) until then and appears in
-  id order at that instant.
+* A delayed message is stored with its id minted at its due time and is
+  invisible to every reader (stream or work queue) until ``now_micros``
+  reaches that time; it then appears in id order. Ordinary ids may be minted
+  slightly ahead of ``now_micros`` (a store keeps ids increasing when the
+  clock steps back) and are visible as soon as they are written.
 
 Work queues (subscriptions) are described at :class:`Storage.reserve`.
 """
@@ -231,10 +232,6 @@ def parse_receipt(receipt: str) -> tuple[int, uuid.UUID, str] | None:
     return int(partition), message_id, token
 
 
-def _work_queue_method(method):  # TEMP: made abstract again once both backends implement them
-    return method
-
-
 class Storage(abc.ABC):
     """A message store. Implementations must be safe to share between threads."""
 
@@ -321,7 +318,7 @@ class Storage(abc.ABC):
         """Remove these messages; unknown ids are ignored."""
 
     # -- work queues ----------------------------------------------------------
-    @_work_queue_method
+    @abc.abstractmethod
     def reserve(
         self,
         queue: QueueMeta,
@@ -361,7 +358,7 @@ class Storage(abc.ABC):
         deliver newer visible messages early as long as it remembers them.
         """
 
-    @_work_queue_method
+    @abc.abstractmethod
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
     ) -> dict[str, ReceiptStatus]:
@@ -375,7 +372,7 @@ class Storage(abc.ABC):
         message this subscription never delivered. Also acks dead-letter claims.
         """
 
-    @_work_queue_method
+    @abc.abstractmethod
     def release(
         self,
         queue: QueueMeta,
@@ -391,7 +388,7 @@ class Storage(abc.ABC):
         ``queue.max_attempts`` is claimed for dead-lettering instead and
         returned. Statuses as for :meth:`ack` (``acked`` meaning released)."""
 
-    @_work_queue_method
+    @abc.abstractmethod
     def extend(
         self,
         queue: QueueMeta,
@@ -404,7 +401,7 @@ class Storage(abc.ABC):
         A lease that ended but whose message was not leased again is revived.
         Statuses as for :meth:`ack` (``acked`` meaning extended)."""
 
-    @_work_queue_method
+    @abc.abstractmethod
     def reopen(
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
     ) -> int:
@@ -413,7 +410,7 @@ class Storage(abc.ABC):
         gone, not finished or unknown are skipped. Idempotent; returns how many
         were reopened."""
 
-    @_work_queue_method
+    @abc.abstractmethod
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
         """Message counts per partition and per subscription (every subscription
         used on this incarnation). Counts may be approximate: a backend says in

@@ -3,9 +3,10 @@ import pytest
 from queuey.storage import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from tests.storage.contract import StorageContract
+from tests.storage.work_contract import WorkQueueContract
 
 
-class TestSQLiteContract(StorageContract):
+class TestSQLiteContract(StorageContract, WorkQueueContract):
     @pytest.fixture
     def storage(self, tmp_path, clock):
         store = SQLiteStorage(tmp_path / "queuey.sqlite3", clock)

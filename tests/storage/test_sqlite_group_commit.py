@@ -17,7 +17,7 @@ from queuey.storage import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.group_commit import GroupCommit
-from queuey.storage.sqlite.schema import create_schema
+from queuey.storage.sqlite.schema import migrate
 from tests.support import wait_until
 
 DEADLINE = 20.0
@@ -90,7 +90,7 @@ def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock)
     """In-process fault (the combiner alone, on a real SQLite file)."""
     db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=5)
     with db.write() as conn:
-        create_schema(conn)
+        migrate(conn)
     commits = GroupCommit(db, clock)
     queue = QueueMeta(application="a", name="q", partitions=2)
     real = db.writer

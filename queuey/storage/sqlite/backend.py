@@ -1,8 +1,9 @@
-"""The SQLite backend: :class:`SQLiteStorage` and ``load_from_config``.
+"""The SQLite backend: :class:`SQLiteStorage` (``load_from_config`` is in :mod:`.config`).
 
 Queues, reads, deletes, checkpoints and the expiry sweep; writes of messages
-go through :mod:`.group_commit`, connections through :mod:`.database`, and
-the sweep runs in the background (:mod:`.sweeper`), never on a request.
+go through :mod:`.group_commit`, connections through :mod:`.database`, work
+queues through :mod:`.workqueue` and :mod:`.stats`, and the sweep runs in the
+background (:mod:`.sweeper`), never on a request.
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.errors import ConfigurationError, InvalidUpdate, QueueExists, QueueNotFound
+from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
 from queuey.storage import (
+    DeadLetter,
     Message,
     MessageRef,
     NewMessage,
     QueueMeta,
+    QueueStats,
     ReadQuery,
+    ReceiptStatus,
+    Reserved,
     Storage,
     merge_partitions,
 )
@@ -30,12 +35,17 @@ from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.group_commit import GroupCommit
 from queuey.storage.sqlite.schema import (
     COLUMNS,
-    create_schema,
+    QUEUE_COLUMNS,
+    last_ts,
+    migrate,
+    queue_row,
     row_to_message,
     row_to_queue,
     tiebreak,
 )
+from queuey.storage.sqlite.stats import queue_stats
 from queuey.storage.sqlite.sweeper import Sweeper
+from queuey.storage.sqlite.workqueue import WorkQueues, forget_incarnation
 
 #: Largest TTL whose expiry (microseconds since the epoch) still fits SQLite's
 #: 64-bit INTEGER for every timestamp an id can carry.
@@ -43,14 +53,39 @@ MAX_TTL = (2**63 - 1 - ids.MAX_MICROS) // ids.MICROS
 #: Expired rows deleted per transaction: the sweep releases the write lock
 #: between batches, so posts never wait long behind it.
 SWEEP_BATCH = 5000
+SWEEP_MESSAGES = (
+    "DELETE FROM messages WHERE (incarnation, partition, ts, tiebreak) IN "
+    "(SELECT incarnation, partition, ts, tiebreak FROM messages WHERE expires <= ? LIMIT ?)"
+)
+SWEEP_LEASES = (
+    "DELETE FROM leases WHERE (incarnation, subscription, partition, ts, tiebreak) IN "
+    "(SELECT incarnation, subscription, partition, ts, tiebreak FROM leases "
+    "WHERE expires <= ? LIMIT ?)"
+)
+SWEEP_DEDUP = (
+    "DELETE FROM dedup WHERE (incarnation, dedup_id) IN "
+    "(SELECT incarnation, dedup_id FROM dedup WHERE until <= ? LIMIT ?)"
+)
 
 
 class SQLiteStorage(Storage):
-    """Queues, messages and checkpoints in one SQLite file.
+    """Queues, messages, subscriptions and checkpoints in one SQLite file.
 
-    Expired rows are deleted by a background thread every ``sweep_interval``
-    seconds (0 turns it off), started on the first write and stopped by
-    :meth:`close`; which rows have expired is decided by ``clock``.
+    Expired rows (messages, their leases, dedup ids past the window) are
+    deleted by a background thread every ``sweep_interval`` seconds (0 turns
+    it off), started on the first write and stopped by :meth:`close`; which
+    rows have expired is decided by ``clock``.
+
+    Reads and delayed messages: ordinary ids are minted under the write lock
+    above the file's ``last_ts``, so every committed message at or below
+    ``last_ts`` (as a read snapshot sees it) is final. A delayed message's id
+    sits above ``last_ts`` until ordinary posts pass it, and a write still in
+    flight may yet commit an id below it; a stream read that would return such
+    a message first takes a *fence* (a write transaction raising ``last_ts``
+    to the reader's ``now``, which waits for any write in flight, in any
+    process) and reads again, so no reader passes a message committed later.
+    Fences happen only while a due delayed message is above ``last_ts``, that
+    is until the next post or fence.
     """
 
     write_timeout_seconds = 0.0
@@ -62,19 +97,22 @@ class SQLiteStorage(Storage):
         clock: Clock,
         busy_timeout: float = 10.0,
         sweep_interval: float = 60.0,
+        dedup_window: int = 300,
     ) -> None:
         self.path = str(path)
         self.clock = clock
         self.busy_timeout = busy_timeout
         self.sweep_interval = sweep_interval
+        self.dedup_window = dedup_window
         self._db = Database(self.path, busy_timeout)
-        self._commits = GroupCommit(self._db, clock)
+        self._commits = GroupCommit(self._db, clock, dedup_window)
+        self._work = WorkQueues(self._db)
         # A lambda, not the bound method: the sweep is looked up at each run.
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
         )
         with self._db.write() as conn:
-            create_schema(conn)
+            migrate(conn)
 
     # -- connections ------------------------------------------------------------
     def _reader(self) -> sqlite3.Connection:
@@ -87,8 +125,8 @@ class SQLiteStorage(Storage):
         with self._db.write() as conn:
             try:
                 conn.execute(
-                    "INSERT INTO queues VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    astuple(meta)[:8],  # TEMP until schema v2: the first 8 columns in field order
+                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * 12)})",
+                    queue_row(meta),
                 )
             except sqlite3.IntegrityError as exc:
                 raise QueueExists(meta.name) from exc
@@ -96,7 +134,8 @@ class SQLiteStorage(Storage):
 
     def _get_queue(self, conn: sqlite3.Connection, application: str, name: str) -> QueueMeta:
         row = conn.execute(
-            "SELECT * FROM queues WHERE application = ? AND name = ?", (application, name)
+            f"SELECT {QUEUE_COLUMNS} FROM queues WHERE application = ? AND name = ?",
+            (application, name),
         ).fetchone()
         if row is None:
             raise QueueNotFound(name)
@@ -110,7 +149,8 @@ class SQLiteStorage(Storage):
     ) -> list[QueueMeta]:
         def query() -> list[QueueMeta]:
             rows = self._reader().execute(
-                "SELECT * FROM queues WHERE application = ? AND name > ? ORDER BY name LIMIT ?",
+                f"SELECT {QUEUE_COLUMNS} FROM queues WHERE application = ? AND name > ? "
+                "ORDER BY name LIMIT ?",
                 (application, after or "", limit),
             )
             return [row_to_queue(row) for row in rows]
@@ -118,7 +158,16 @@ class SQLiteStorage(Storage):
         return self._db.run(query)
 
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
-        allowed = {"partitions", "ttl", "type", "consistency"}
+        allowed = {
+            "partitions",
+            "ttl",
+            "type",
+            "consistency",
+            "visibility_timeout",
+            "max_attempts",
+            "dead_letter_queue",
+            "delay",
+        }
         unknown = set(changes) - allowed
         if unknown:
             raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
@@ -128,9 +177,10 @@ class SQLiteStorage(Storage):
                 raise InvalidUpdate("partitions may only grow")
             meta = replace(meta, **{k: v for k, v in changes.items() if v is not None})
             conn.execute(
-                "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ? "
+                "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
+                "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ? "
                 "WHERE application = ? AND name = ?",
-                (meta.partitions, meta.ttl, meta.type, meta.consistency, application, name),
+                (*queue_row(meta)[2:6], *queue_row(meta)[8:], application, name),
             )
         return meta
 
@@ -141,6 +191,7 @@ class SQLiteStorage(Storage):
                 "DELETE FROM queues WHERE application = ? AND name = ?", (application, name)
             )
             conn.execute("DELETE FROM messages WHERE incarnation = ?", (meta.incarnation,))
+            forget_incarnation(conn, meta.incarnation)
             conn.execute(
                 "DELETE FROM checkpoints WHERE application = ? AND queue = ?", (application, name)
             )
@@ -154,6 +205,7 @@ class SQLiteStorage(Storage):
                 (fresh.incarnation, application, name),
             )
             conn.execute("DELETE FROM messages WHERE incarnation = ?", (meta.incarnation,))
+            forget_incarnation(conn, meta.incarnation)
         return fresh
 
     # -- messages -----------------------------------------------------------------
@@ -164,7 +216,7 @@ class SQLiteStorage(Storage):
 
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
         descending = query.order == "descending"
-        where = ["incarnation = ?", "partition = ?", "expires > ?"]
+        where = ["incarnation = ?", "partition = ?", "ts <= ?", "expires > ?"]
         params: list[Any] = [query.now_micros]
         if query.after_id is not None:
             where.append("(ts, tiebreak) > (?, ?)")
@@ -181,7 +233,7 @@ class SQLiteStorage(Storage):
             f"ORDER BY ts {direction}, tiebreak {direction} LIMIT ?"
         )
 
-        def run() -> list[Message]:
+        def run() -> tuple[list[Message], int]:
             conn = self._reader()
             # One read transaction: every partition is read from the same
             # snapshot, or a later commit in one partition could be merged in
@@ -189,35 +241,57 @@ class SQLiteStorage(Storage):
             # are consumed lazily by the merge, so a read holds one page.
             conn.execute("BEGIN")
             try:
+                last = last_ts(conn)
+                bound = max(query.now_micros, last)
                 cursors = [
                     map(
                         row_to_message,
-                        conn.execute(sql, (queue.incarnation, p, *params, query.limit)),
+                        conn.execute(sql, (queue.incarnation, p, bound, *params, query.limit)),
                     )
                     for p in query.partitions
                 ]
-                return merge_partitions(cursors, query.limit, descending)
+                return merge_partitions(cursors, query.limit, descending), last
             finally:
                 conn.execute("COMMIT")
 
-        return self._db.run(run)
+        found, last = self._db.run(run)
+        if any(m.timestamp > last for m in found):
+            self._fence(query.now_micros)
+            found, _ = self._db.run(run)
+        return found
+
+    def _fence(self, now_micros: int) -> None:
+        """Raise ``last_ts`` to ``now_micros``: once this commits, no write in
+        flight can still commit an id at or below it (see the class docstring)."""
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE state SET value = max(value, ?) WHERE key = 'last_ts'", (now_micros,)
+            )
 
     def get_messages(
         self, queue: QueueMeta, refs: Sequence[MessageRef], now_micros: int
     ) -> list[Message]:
         def run() -> list[Message]:
             conn = self._reader()
+            conn.execute("BEGIN")
+            try:
+                return fetch(conn, max(now_micros, last_ts(conn)))
+            finally:
+                conn.execute("COMMIT")
+
+        def fetch(conn: sqlite3.Connection, bound: int) -> list[Message]:
             found = []
             for ref in refs:
                 row = conn.execute(
                     f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
-                    "AND ts = ? AND tiebreak = ? AND expires > ?",
+                    "AND ts = ? AND tiebreak = ? AND expires > ? AND ts <= ?",
                     (
                         queue.incarnation,
                         ref.partition,
                         ids.micros_of(ref.id),
                         tiebreak(ref.id),
                         now_micros,
+                        bound,
                     ),
                 ).fetchone()
                 if row is not None and row[0] == ref.id.bytes:
@@ -246,22 +320,86 @@ class SQLiteStorage(Storage):
     def sweep_expired(self) -> int:
         """Delete every message expired by now (``clock``); returns how many went.
 
-        Works in batches of :data:`SWEEP_BATCH`, one transaction each, and ends
-        early once the storage is closing.
+        The leases of expired messages and dedup ids past their window go too
+        (not counted). Works in batches of :data:`SWEEP_BATCH`, one transaction
+        each, and ends early once the storage is closing.
         """
         now = self.clock.now_micros()
+        removed = self._sweep(SWEEP_MESSAGES, now)
+        self._sweep(SWEEP_LEASES, now)
+        self._sweep(SWEEP_DEDUP, now)
+        return removed
+
+    def _sweep(self, statement: str, now: int) -> int:
         removed = 0
         while True:
             with self._db.write() as conn:
-                count = conn.execute(
-                    "DELETE FROM messages WHERE (incarnation, partition, ts, tiebreak) IN "
-                    "(SELECT incarnation, partition, ts, tiebreak FROM messages "
-                    "WHERE expires <= ? LIMIT ?)",
-                    (now, SWEEP_BATCH),
-                ).rowcount
+                count = conn.execute(statement, (now, SWEEP_BATCH)).rowcount
             removed += count
             if count < SWEEP_BATCH or self._sweeper.stopping:
                 return removed
+
+    # -- work queues --------------------------------------------------------------
+    def reserve(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        *,
+        partitions: Sequence[int],
+        limit: int,
+        visibility_timeout: int,
+        now_micros: int,
+        settled_micros: int,
+    ) -> Reserved:
+        """See :meth:`Storage.reserve`; ``settled_micros`` is not needed on SQLite
+        (:mod:`.workqueue` says why)."""
+        return self._work.reserve(
+            queue, subscription, partitions, limit, visibility_timeout, now_micros
+        )
+
+    def ack(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
+    ) -> dict[str, ReceiptStatus]:
+        return self._work.ack(queue, subscription, receipts, now_micros)
+
+    def release(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        delay: int = 0,
+        error: str | None = None,
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        return self._work.release(queue, subscription, receipts, now_micros, delay, error)
+
+    def extend(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        visibility_timeout: int,
+    ) -> dict[str, ReceiptStatus]:
+        return self._work.extend(queue, subscription, receipts, now_micros, visibility_timeout)
+
+    def reopen(
+        self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
+    ) -> int:
+        return self._work.reopen(queue, subscription, refs, now_micros)
+
+    def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
+        """Exact counts from one read snapshot (:mod:`.stats`)."""
+
+        def run() -> QueueStats:
+            conn = self._reader()
+            conn.execute("BEGIN")
+            try:
+                return queue_stats(conn, queue, now_micros)
+            finally:
+                conn.execute("COMMIT")
+
+        return self._db.run(run)
 
     # -- checkpoints --------------------------------------------------------------
     def get_checkpoints(self, application: str, queue: str, consumer: str) -> dict[int, uuid.UUID]:
@@ -298,27 +436,3 @@ class SQLiteStorage(Storage):
     def close(self) -> None:
         self._sweeper.stop()
         self._db.close()
-
-
-def _number(settings: Mapping[str, Any], key: str, default: float) -> float:
-    value = settings.get(key, default)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(key, f"not a number: {value!r}") from None
-    if not 0 <= number < float("inf"):
-        raise ConfigurationError(key, f"must be a number of seconds, 0 or more: {value!r}")
-    return number
-
-
-def load_from_config(settings: Mapping[str, Any], clock: Clock) -> SQLiteStorage:
-    """Build the backend from ini settings (``queuey.sqlite.*``).
-
-    ``queuey.sqlite.sweep_interval`` (seconds, default 60; 0 turns the
-    background sweep off) and ``queuey.sqlite.busy_timeout`` (seconds a write
-    waits for another process holding the file's write lock, default 10).
-    """
-    path = settings.get("queuey.sqlite.path", "var/queuey.sqlite3")
-    busy = _number(settings, "queuey.sqlite.busy_timeout", 10.0)
-    sweep = _number(settings, "queuey.sqlite.sweep_interval", 60.0)
-    return SQLiteStorage(path, clock, busy_timeout=busy, sweep_interval=sweep)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +40,10 @@ class Database:
         self._connections_lock = threading.Lock()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.writer = self._connect()
+        try:
+            self.writer = self._connect()
+        except sqlite3.Error as exc:
+            raise unavailable(exc) from exc
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -48,12 +52,29 @@ class Database:
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
             check_same_thread=False,
         )
-        conn.execute("PRAGMA journal_mode=WAL")
+        self._use_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         with self._connections_lock:
             self._all_connections.append(conn)
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL (once per file; a no-op after that).
+
+        The switch needs the file to itself and SQLite's busy handler does not
+        wait for it, so processes opening a new file together retry here until
+        ``busy_timeout`` instead of failing with "database is locked".
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.01)
 
     def reader(self) -> sqlite3.Connection:
         """This thread's read connection (opened on first use)."""

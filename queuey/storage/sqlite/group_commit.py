@@ -6,6 +6,14 @@ before it. A reader that has seen id X therefore sees every message with an id
 below X that will ever commit, and invariant 2 (no reader skips) holds with no
 read delay. The last minted timestamp lives in the file, so several processes
 sharing one file keep the property too.
+
+A delayed message is the exception: its id is minted at ``now + delay``
+while ``last_ts`` moves only to ``now`` (as for an ordinary post), so later
+posts keep ids near their post time and the delayed message appears in id
+order when it is due. A reader that meets a
+due delayed message above ``last_ts`` therefore cannot tell whether a write
+still in flight holds a smaller id; the backend settles that with a fence
+(``SQLiteStorage`` says how) instead of a read delay.
 """
 
 from __future__ import annotations
@@ -20,9 +28,15 @@ from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
 from queuey.storage import Message, NewMessage, QueueMeta
 from queuey.storage.sqlite.database import Database, unavailable
-from queuey.storage.sqlite.schema import tiebreak
+from queuey.storage.sqlite.minting import DedupIds, Minter
+from queuey.storage.sqlite.schema import dump_attributes, tiebreak
 
 log = logging.getLogger(__name__)
+
+INSERT_MESSAGE = (
+    "INSERT INTO messages (incarnation, partition, ts, tiebreak, id, expires, body, "
+    "priority, attributes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class WriteJob:
@@ -63,10 +77,11 @@ def failed(exc: BaseException) -> StorageUnavailable:
 class GroupCommit:
     """Writes messages for every caller waiting on the write lock in one commit."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, dedup_window: int = 300) -> None:
         self.db = db
         self.clock = clock
-        self._ids = ids.IdGenerator()
+        self._minter = Minter()
+        self._dedup = DedupIds(dedup_window)
         self._pending_lock = threading.Lock()
         self._pending: list[WriteJob] = []
 
@@ -132,15 +147,32 @@ class GroupCommit:
         return last
 
     def _insert(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
-        """Mint ids after ``last`` and insert the job's messages; returns the new last."""
+        """Mint ids after ``last`` and insert the job's messages; returns the new last.
+
+        A message with a ``dedup_id`` seen in this queue incarnation within the
+        window is answered with the first message and stores nothing.
+        """
         now = self.clock.now_micros()
         rows = []
         stored = []
         for message in job.messages:
-            ts = self._ids.next_micros(max(now, last + 1))
-            last = ts
-            message_id = self._ids.make(ts)
-            expires = ts + message.ttl * ids.MICROS
+            if message.dedup_id is not None:
+                first = self._dedup.find(conn, job.queue, message, now)
+                if first is not None:
+                    stored.append(first)
+                    continue
+            if message.delay > 0:
+                message_id = self._minter.delayed(now + message.delay * ids.MICROS, last)
+                ts = ids.micros_of(message_id)
+                # Settled up to now (not up to the delayed id): readers then
+                # rarely need a fence for it once it is due.
+                last = max(last, now)
+            else:
+                ts = last = self._minter.next(max(now, last + 1))
+                message_id = self._minter.make(ts)
+            # Expiry counts from the post, not from the (later) delayed timestamp.
+            expires = (now if message.delay > 0 else ts) + message.ttl * ids.MICROS
+            attributes = dict(message.attributes) if message.attributes else None
             rows.append(
                 (
                     job.queue.incarnation,
@@ -150,9 +182,26 @@ class GroupCommit:
                     message_id.bytes,
                     expires,
                     message.body,
+                    message.priority,
+                    dump_attributes(attributes),
                 )
             )
-            stored.append(Message(message_id, ts, message.partition, message.body, expires))
-        conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            stored_message = Message(
+                message_id,
+                ts,
+                message.partition,
+                message.body,
+                expires,
+                message.priority,
+                attributes,
+            )
+            stored.append(stored_message)
+            if message.dedup_id is not None:
+                # Inserted at once: a later message of this batch (or of another
+                # job in this commit) with the same id must find it.
+                conn.executemany(INSERT_MESSAGE, rows)
+                rows = []
+                self._dedup.remember(conn, job.queue, message.dedup_id, stored_message, now)
+        conn.executemany(INSERT_MESSAGE, rows)
         job.stored = stored
         return last

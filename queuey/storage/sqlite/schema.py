@@ -1,22 +1,38 @@
-"""The SQLite tables, created on open, and how their rows map to values.
+"""The SQLite tables, their migrations, and how rows map to values.
 
 Messages are keyed by ``(incarnation, partition, ts, tiebreak)``, so an index
 scan returns them in id order (:func:`queuey.ids.order_key`); the ``state``
 table keeps the schema version and the last minted timestamp, shared by every
 process that opens the file.
+
+Version 2 (work queues) adds the queue settings columns, message priority and
+attributes, and four tables: ``subscriptions`` (which subscriptions an
+incarnation has), ``positions`` (per subscription, partition and priority, the
+newest message handed out), ``leases`` (one row per message a subscription has
+delivered: its state, token, visible-at, attempts and last error; the
+message's expiry is copied in so the sweep can drop the row with it) and
+``dedup`` (dedup ids within their window). Only messages with a priority
+above 0 are indexed by priority, so a default post costs no extra index entry
+(reservations find priority-0 messages by the primary key, see
+:mod:`.workqueue`).
+
+The schema is created or migrated when a storage opens the file (inside a
+write transaction, so processes opening an old file at once migrate it once),
+and by ``queuey schema upgrade`` (:func:`upgrade_schema`).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 
 from queuey import ids
 from queuey.storage import Message, QueueMeta
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-SCHEMA = """
+BASE = """
 CREATE TABLE IF NOT EXISTS queues (
     application TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -54,28 +70,146 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS state (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
+#: Version 1 to 2: work queues. Each step is one statement, applied in order.
+V2 = """
+ALTER TABLE queues ADD COLUMN visibility_timeout INTEGER NOT NULL DEFAULT 30;
+ALTER TABLE queues ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE queues ADD COLUMN dead_letter_queue TEXT;
+ALTER TABLE queues ADD COLUMN delay INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN attributes TEXT;
+
+CREATE INDEX IF NOT EXISTS messages_by_priority
+    ON messages (incarnation, partition, priority, ts, tiebreak) WHERE priority > 0;
+
+CREATE TABLE IF NOT EXISTS subscriptions (
+    incarnation TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    PRIMARY KEY (incarnation, subscription)
 ) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS positions (
+    incarnation TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    tiebreak BLOB NOT NULL,
+    PRIMARY KEY (incarnation, subscription, partition, priority)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS leases (
+    incarnation TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    tiebreak BLOB NOT NULL,
+    id BLOB NOT NULL,
+    priority INTEGER NOT NULL,
+    expires INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    token TEXT NOT NULL,
+    visible_at INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    last_error TEXT NOT NULL,
+    PRIMARY KEY (incarnation, subscription, partition, ts, tiebreak)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS leases_due ON leases (incarnation, subscription, state, visible_at);
+CREATE INDEX IF NOT EXISTS leases_by_expiry ON leases (expires);
+
+CREATE TABLE IF NOT EXISTS dedup (
+    incarnation TEXT NOT NULL,
+    dedup_id TEXT NOT NULL,
+    until INTEGER NOT NULL,
+    partition INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    tiebreak BLOB NOT NULL,
+    id BLOB NOT NULL,
+    PRIMARY KEY (incarnation, dedup_id)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS dedup_by_until ON dedup (until)
 """
 
 #: The message columns :func:`row_to_message` reads, in its order.
-COLUMNS = "id, ts, partition, body, expires"
+COLUMNS = "id, ts, partition, body, expires, priority, attributes"
+#: The queue columns :func:`row_to_queue` reads, in its order.
+QUEUE_COLUMNS = (
+    "application, name, partitions, ttl, type, consistency, created, incarnation, "
+    "visibility_timeout, max_attempts, dead_letter_queue, delay"
+)
 
 
-def create_schema(conn: sqlite3.Connection) -> None:
-    """Create whatever is missing (inside the caller's write transaction)."""
-    for statement in SCHEMA.split(";"):
-        if statement.strip():
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The file's schema version: 0 for an empty file."""
+    has_state = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state'"
+    ).fetchone()
+    if has_state is None:
+        return 0
+    row = conn.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()
+    return row[0] if row else 0
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Create or upgrade the schema to :data:`SCHEMA_VERSION` inside the caller's
+    write transaction; returns the steps applied (none when up to date).
+
+    Refuses a file written by a newer release rather than guess at its tables.
+    """
+    version = current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(
+            f"schema version {version} is newer than this release's {SCHEMA_VERSION}"
+        )
+    applied: list[str] = []
+    if version == 0:
+        for statement in _statements(BASE):
             conn.execute(statement)
-    conn.execute(
-        "INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)",
-        (SCHEMA_VERSION,),
-    )
-    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('last_ts', 0)")
+        conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('last_ts', 0)")
+        applied.append("version 1: queues, messages, checkpoints, state")
+    if version < 2:
+        for statement in _statements(V2):
+            conn.execute(statement)
+        applied.append(
+            "version 2: queue work-queue settings, message priority and attributes, "
+            "subscriptions, positions, leases, dedup"
+        )
+    if applied:
+        conn.execute(
+            "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",
+            (SCHEMA_VERSION,),
+        )
+    return applied
+
+
+def last_ts(conn: sqlite3.Connection) -> int:
+    """The file's last ordinary (not delayed) minted timestamp, as ``conn`` sees it.
+
+    Readers see messages up to ``max(now, last_ts)``: ordinary ids may run a few
+    microseconds ahead of the clock in a burst and are visible once committed;
+    only delayed messages (minted above ``last_ts``) wait for their time.
+    """
+    return conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()[0]
 
 
 def tiebreak(message_id: uuid.UUID) -> bytes:
     """The id bytes that order messages of the same timestamp."""
     return ids.order_key(message_id)[1]
+
+
+def dump_attributes(attributes) -> str | None:
+    """Attributes as stored: JSON text, or NULL when there are none."""
+    return json.dumps(dict(attributes), ensure_ascii=False) if attributes else None
 
 
 def row_to_message(row: tuple) -> Message:
@@ -85,6 +219,8 @@ def row_to_message(row: tuple) -> Message:
         partition=row[2],
         body=row[3],
         expires=row[4],
+        priority=row[5],
+        attributes=json.loads(row[6]) if row[6] is not None else None,
     )
 
 
@@ -98,4 +234,26 @@ def row_to_queue(row: tuple) -> QueueMeta:
         consistency=row[5],
         created=row[6],
         incarnation=row[7],
+        visibility_timeout=row[8],
+        max_attempts=row[9],
+        dead_letter_queue=row[10],
+        delay=row[11],
+    )
+
+
+def queue_row(meta: QueueMeta) -> tuple:
+    """The values of :data:`QUEUE_COLUMNS` for ``meta``."""
+    return (
+        meta.application,
+        meta.name,
+        meta.partitions,
+        meta.ttl,
+        meta.type,
+        meta.consistency,
+        meta.created,
+        meta.incarnation,
+        meta.visibility_timeout,
+        meta.max_attempts,
+        meta.dead_letter_queue,
+        meta.delay,
     )

@@ -1,0 +1,422 @@
+"""Work queues on SQLite: reserve, ack, release, extend and reopen.
+
+Every call is one short write transaction (``BEGIN IMMEDIATE``, through
+:meth:`Database.write`), so it holds the file's write lock from its first
+statement: two reservations, in this process or another sharing the file,
+never see the same message available, and a lease is exact to the
+microsecond of the caller's clock.
+
+A subscription keeps, per partition and priority, the newest message it has
+handed out (``positions``), and a ``leases`` row per message it delivered:
+
+========== =================================================================
+state      meaning
+========== =================================================================
+leased     delivered with ``token``; available again once ``visible_at`` passed
+released   released (token cleared); available again at ``visible_at``
+claimed    claimed for dead-lettering with ``token`` until ``visible_at``
+acked      finished by an ack (``token`` kept, so a repeated ack answers acked)
+dead       finished as dead-lettered (the claim was acked)
+========== =================================================================
+
+``settled_micros`` is not needed here: inside the write transaction every
+committed message is visible and no other write is in flight (SQLite has one
+writer), so a position never passes a message that could still appear. One
+exception is guarded: a delayed message's id is minted above the file's
+``last_ts``, so a reservation whose positions move past ``last_ts`` raises it
+to ``now`` and later ids are minted after it, whatever their writer's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+
+from queuey import ids
+from queuey.storage import (
+    DeadLetter,
+    Delivery,
+    Message,
+    MessageRef,
+    QueueMeta,
+    ReceiptStatus,
+    Reserved,
+    make_receipt,
+    parse_receipt,
+)
+from queuey.storage.sqlite.database import Database
+from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message, tiebreak
+
+#: Priorities a message may carry, highest (reserved first) first.
+PRIORITIES = range(9, -1, -1)
+#: Dead letters claimed per reservation at most; the rest wait for the next one.
+MAX_DEAD_LETTERS = 100
+
+_MESSAGE_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
+_DUE = (
+    f"SELECT l.state, l.attempts, l.last_error, m.tiebreak, {_MESSAGE_COLUMNS} "
+    "FROM leases l INDEXED BY leases_due JOIN messages m ON m.incarnation = l.incarnation "
+    "AND m.partition = l.partition AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    "WHERE l.incarnation = ? AND l.subscription = ? "
+    "AND l.state IN ('leased', 'released', 'claimed') AND l.visible_at <= ? "
+    "AND m.expires > ? AND l.partition IN ({partitions}) "
+    "ORDER BY l.priority DESC, l.ts, l.tiebreak LIMIT ?"
+)
+#: New messages of one priority above 0 (the partial index holds only those).
+_NEW = (
+    f"SELECT tiebreak, {COLUMNS} FROM messages INDEXED BY messages_by_priority "
+    "WHERE incarnation = ? AND partition = ? AND priority = ? AND priority > 0 "
+    "AND (ts, tiebreak) > (?, ?) AND ts <= ? AND expires > ? ORDER BY ts, tiebreak LIMIT ?"
+)
+#: Every message after a position, for priority 0 (filtered here, see _new_default).
+_SCAN = (
+    f"SELECT tiebreak, {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
+    "AND (ts, tiebreak) > (?, ?) AND ts <= ? ORDER BY ts, tiebreak"
+)
+#: Rows a reservation examines per partition looking for priority-0 messages.
+SCAN_LIMIT = 20000
+_LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+class _Row:
+    """A due lease or a new message, as a reservation considers it."""
+
+    __slots__ = ("state", "attempts", "last_error", "tiebreak", "message")
+
+    def __init__(self, state, attempts, last_error, tb, message: Message) -> None:
+        self.state = state
+        self.attempts = attempts
+        self.last_error = last_error
+        self.tiebreak = tb
+        self.message = message
+
+
+class WorkQueues:
+    """The work-queue half of :class:`~queuey.storage.sqlite.SQLiteStorage`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- reserve ------------------------------------------------------------------
+    def reserve(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        partitions: Sequence[int],
+        limit: int,
+        visibility_timeout: int,
+        now: int,
+    ) -> Reserved:
+        parts = sorted(set(partitions))
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO subscriptions VALUES (?, ?, ?)",
+                (queue.incarnation, subscription, now),
+            )
+            due, dead = self._due(conn, queue, subscription, parts, limit, now)
+            positions = {
+                (part, priority): (ts, tb)
+                for part, priority, ts, tb in conn.execute(
+                    "SELECT partition, priority, ts, tiebreak FROM positions "
+                    "WHERE incarnation = ? AND subscription = ?",
+                    (queue.incarnation, subscription),
+                )
+            }
+            last = last_ts(conn)
+            visible = max(now, last)
+            chosen: list[_Row] = []
+            passed: dict[int, tuple[int, bytes]] = {}
+            for priority in PRIORITIES:
+                chosen += due[priority][: limit - len(chosen)]
+                if len(chosen) >= limit:
+                    break
+                after = [positions.get((part, priority), (-1, b"")) for part in parts]
+                need = limit - len(chosen)
+                found = (
+                    self._new(conn, queue, parts, after, priority, need, visible, now)
+                    if priority
+                    else self._new_default(conn, queue, parts, after, need, visible, now, passed)
+                )
+                chosen += found
+            until = now + visibility_timeout * ids.MICROS
+            deliveries = [self._lease(conn, queue, subscription, row, until) for row in chosen]
+            for part, (ts, tb) in passed.items():
+                conn.execute(
+                    "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, 0, ?, ?)",
+                    (queue.incarnation, subscription, part, ts, tb),
+                )
+            claim_until = now + queue.visibility_timeout * ids.MICROS
+            letters = [self._claim(conn, queue, subscription, row, claim_until) for row in dead]
+            newest = max(
+                [r.message.timestamp for r in chosen if r.state is None]
+                + [ts for ts, _ in passed.values()],
+                default=None,
+            )
+            if newest is not None and newest > last:
+                conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (now,))
+        return Reserved(deliveries, letters)
+
+    def _due(self, conn, queue, subscription, parts, limit, now):
+        """Leases available again, by priority, and those due for dead-lettering."""
+        sql = _DUE.format(partitions=", ".join("?" * len(parts)))
+        rows = conn.execute(
+            sql, (queue.incarnation, subscription, now, now, *parts, limit + MAX_DEAD_LETTERS)
+        )
+        due: dict[int, list[_Row]] = defaultdict(list)
+        dead: list[_Row] = []
+        for state, attempts, last_error, tb, *message in rows:
+            row = _Row(state, attempts, last_error, tb, row_to_message(message))
+            exhausted = queue.max_attempts and attempts >= queue.max_attempts
+            if state == "claimed" or exhausted:
+                if len(dead) < MAX_DEAD_LETTERS:
+                    dead.append(row)
+            else:
+                due[row.message.priority].append(row)
+        return due, dead
+
+    def _new(self, conn, queue, parts, after, priority, need, visible, now) -> list[_Row]:
+        """Up to ``need`` messages of ``priority`` never handed out, oldest first
+        (``after``: each partition's position for this priority; ``visible``:
+        the newest timestamp this call may see, see :func:`.schema.last_ts`)."""
+        streams = []
+        for part, (after_ts, after_tb) in zip(parts, after, strict=True):
+            rows = conn.execute(
+                _NEW,
+                (queue.incarnation, part, priority, after_ts, after_tb, visible, now, need),
+            ).fetchall()
+            streams.append([_Row(None, 0, "", row[0], row_to_message(row[1:])) for row in rows])
+        if len(streams) == 1:
+            return streams[0]
+        merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
+        return list(merged)[:need]
+
+    def _new_default(self, conn, queue, parts, after, need, visible, now, passed) -> list[_Row]:
+        """Up to ``need`` priority-0 messages never handed out, oldest first.
+
+        They are found by walking the primary key from each partition's
+        priority-0 position (no priority index to maintain on every post). When
+        a walk takes every priority-0 message it saw, the position may move to
+        the last row it examined, so rows of other priorities or expired ones
+        are walked over once, not on every call: ``passed`` receives those
+        positions, kept only for partitions whose taken rows all got delivered.
+        A walk stops after :data:`SCAN_LIMIT` rows (the next call goes on).
+        """
+        streams: list[list[_Row]] = []
+        walked: dict[int, tuple[int, bytes]] = {}
+        for part, (after_ts, after_tb) in zip(parts, after, strict=True):
+            taken: list[_Row] = []
+            cursor = conn.execute(_SCAN, (queue.incarnation, part, after_ts, after_tb, visible))
+            last_row = None
+            for examined, row in enumerate(cursor, 1):
+                last_row = row
+                if row[6] == 0 and row[5] > now:
+                    taken.append(_Row(None, 0, "", row[0], row_to_message(row[1:])))
+                    if len(taken) == need:
+                        break
+                if examined >= SCAN_LIMIT:
+                    break
+            cursor.close()
+            streams.append(taken)
+            if last_row is not None and len(taken) < need:
+                walked[part] = (last_row[2], last_row[0])
+        merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
+        chosen = list(merged)[:need]
+        delivered = {id(row) for row in chosen}
+        for part, taken in zip(parts, streams, strict=True):
+            if part in walked and all(id(row) in delivered for row in taken):
+                passed[part] = walked[part]
+        return chosen
+
+    def _lease(self, conn, queue, subscription, row: _Row, until: int) -> Delivery:
+        message, token = row.message, new_token()
+        key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+        if row.state is None:
+            conn.execute(
+                "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '')",
+                (*key, message.id.bytes, message.priority, message.expires, token, until),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
+                (*key[:3], message.priority, message.timestamp, row.tiebreak),
+            )
+            attempts = 1
+        else:
+            conn.execute(
+                "UPDATE leases SET state = 'leased', token = ?, visible_at = ?, "
+                f"attempts = attempts + 1 WHERE {_LEASE_KEY}",
+                (token, until, *key),
+            )
+            attempts = row.attempts + 1
+        return Delivery(message, attempts, make_receipt(message.partition, message.id, token))
+
+    def _claim(self, conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
+        message, token = row.message, new_token()
+        key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+        conn.execute(
+            f"UPDATE leases SET state = 'claimed', token = ?, visible_at = ? WHERE {_LEASE_KEY}",
+            (token, until, *key),
+        )
+        claim = make_receipt(message.partition, message.id, token)
+        return DeadLetter(message, row.attempts, row.last_error, claim)
+
+    # -- receipts -----------------------------------------------------------------
+    @staticmethod
+    def _lookup(conn, queue, subscription, receipt):
+        """``(key, token, lease row)`` for a receipt, or ``None`` when unknown."""
+        parsed = parse_receipt(receipt)
+        if parsed is None:
+            return None
+        partition, message_id, token = parsed
+        key = (
+            queue.incarnation,
+            subscription,
+            partition,
+            ids.micros_of(message_id),
+            tiebreak(message_id),
+        )
+        row = conn.execute(
+            f"SELECT id, state, token, attempts, last_error FROM leases WHERE {_LEASE_KEY}", key
+        ).fetchone()
+        if row is None or row[0] != message_id.bytes:
+            return None
+        return key, token, row
+
+    def ack(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now: int
+    ) -> dict[str, ReceiptStatus]:
+        """Finish leases and dead-letter claims (see :meth:`Storage.ack`)."""
+        finished = {"leased": "acked", "claimed": "dead"}
+        answer: dict[str, ReceiptStatus] = {}
+        with self.db.write() as conn:
+            for receipt in dict.fromkeys(receipts):
+                found = self._lookup(conn, queue, subscription, receipt)
+                if found is None:
+                    answer[receipt] = "unknown"
+                    continue
+                key, token, (_, state, current, _, _) = found
+                if token != current or state not in ("leased", "claimed", "acked", "dead"):
+                    answer[receipt] = "expired"
+                    continue
+                if state in finished:
+                    conn.execute(
+                        f"UPDATE leases SET state = ? WHERE {_LEASE_KEY}", (finished[state], *key)
+                    )
+                answer[receipt] = "acked"
+        return answer
+
+    def release(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now: int,
+        delay: int,
+        error: str | None,
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        """End leases now (see :meth:`Storage.release`); only a current lease
+        (state ``leased``, its token) can be released, anything else is expired."""
+        answer: dict[str, ReceiptStatus] = {}
+        letters: list[DeadLetter] = []
+        with self.db.write() as conn:
+            for receipt in dict.fromkeys(receipts):
+                found = self._lookup(conn, queue, subscription, receipt)
+                if found is None:
+                    answer[receipt] = "unknown"
+                    continue
+                key, token, (_, state, current, attempts, last_error) = found
+                if state != "leased" or token != current:
+                    answer[receipt] = "expired"
+                    continue
+                answer[receipt] = "acked"
+                last_error = error if error is not None else last_error
+                if queue.max_attempts and attempts >= queue.max_attempts:
+                    claim = new_token()
+                    until = now + queue.visibility_timeout * ids.MICROS
+                    conn.execute(
+                        "UPDATE leases SET state = 'claimed', token = ?, visible_at = ?, "
+                        f"last_error = ? WHERE {_LEASE_KEY}",
+                        (claim, until, last_error, *key),
+                    )
+                    message = self._message(conn, key, now)
+                    if message is not None:
+                        receipt_ = make_receipt(message.partition, message.id, claim)
+                        letters.append(DeadLetter(message, attempts, last_error, receipt_))
+                else:
+                    conn.execute(
+                        "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
+                        f"last_error = ? WHERE {_LEASE_KEY}",
+                        (now + delay * ids.MICROS, last_error, *key),
+                    )
+        return answer, letters
+
+    @staticmethod
+    def _message(conn, key, now) -> Message | None:
+        row = conn.execute(
+            f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
+            "AND ts = ? AND tiebreak = ? AND expires > ?",
+            (key[0], *key[2:], now),
+        ).fetchone()
+        return row_to_message(row) if row is not None else None
+
+    def extend(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now: int,
+        visibility_timeout: int,
+    ) -> dict[str, ReceiptStatus]:
+        """Move current leases' ends (see :meth:`Storage.extend`)."""
+        answer: dict[str, ReceiptStatus] = {}
+        until = now + visibility_timeout * ids.MICROS
+        with self.db.write() as conn:
+            for receipt in dict.fromkeys(receipts):
+                found = self._lookup(conn, queue, subscription, receipt)
+                if found is None:
+                    answer[receipt] = "unknown"
+                    continue
+                key, token, (_, state, current, _, _) = found
+                if state != "leased" or token != current:
+                    answer[receipt] = "expired"
+                    continue
+                conn.execute(f"UPDATE leases SET visible_at = ? WHERE {_LEASE_KEY}", (until, *key))
+                answer[receipt] = "acked"
+        return answer
+
+    def reopen(
+        self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now: int
+    ) -> int:
+        """Make finished live messages available again with 0 attempts."""
+        reopened = 0
+        with self.db.write() as conn:
+            for ref in dict.fromkeys(refs):
+                key = (
+                    queue.incarnation,
+                    subscription,
+                    ref.partition,
+                    ids.micros_of(ref.id),
+                    tiebreak(ref.id),
+                )
+                reopened += conn.execute(
+                    "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
+                    f"attempts = 0, last_error = '' WHERE {_LEASE_KEY} AND id = ? "
+                    "AND state IN ('acked', 'dead') AND EXISTS (SELECT 1 FROM messages "
+                    "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ? "
+                    "AND expires > ?)",
+                    (now, *key, ref.id.bytes, key[0], *key[2:], now),
+                ).rowcount
+        return reopened
+
+
+def forget_incarnation(conn: sqlite3.Connection, incarnation: str) -> None:
+    """Drop an incarnation's subscriptions, positions, leases and dedup ids
+    (inside the caller's write transaction: purge and delete)."""
+    for table in ("subscriptions", "positions", "leases", "dedup"):
+        conn.execute(f"DELETE FROM {table} WHERE incarnation = ?", (incarnation,))
