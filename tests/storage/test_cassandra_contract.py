@@ -1,4 +1,4 @@
-"""The shared storage contract on the real Cassandra node."""
+"""The shared storage and work-queue contracts on the real Cassandra node."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import pytest
 
 from queuey.storage.cassandra import load_from_config
 from tests.storage.contract import StorageContract
+from tests.storage.work_contract import WorkQueueContract
 
 
 @pytest.mark.cassandra
-class TestCassandraContract(StorageContract):
-    """The storage contract on the real node; a fresh storage object (and id
+class TestCassandraContract(StorageContract, WorkQueueContract):
+    """Both contracts on the real node; a fresh storage object (and id
     generator) per test so each test's ManualClock mints its ids."""
 
     @pytest.fixture

@@ -18,6 +18,20 @@ Data layout (created by :mod:`queuey.storage.cassandra.schema`):
   surely expired instead of reading them (no tombstone scans).
 * ``checkpoints``: ``PRIMARY KEY ((application, queue), consumer, partition)``.
 
+Work queues (schema version 2; the design is in ``docs/storage.rst``, "Work
+queues on Cassandra"):
+
+* ``messages`` gained ``priority`` and ``attributes`` (a frozen map: no
+  tombstone on insert); ``queues`` gained the work-queue settings.
+* ``priority_messages`` / ``priority_buckets``: a copy of each message of
+  priority > 0, keyed and bucketed like ``messages`` plus the priority, and
+  ``queue_priorities``: which priorities a queue partition has used.
+* ``dedup``: ``PRIMARY KEY ((incarnation, dedup_id))``, the first message of
+  each dedup id (:mod:`.dedup`).
+* ``leases``: ``PRIMARY KEY ((incarnation, subscription, partition), slot)``,
+  a subscription's state in one queue partition (:mod:`.leases`), and
+  ``subscriptions``: the subscriptions used on an incarnation.
+
 Purging writes a new ``incarnation`` into the queue row and deleting removes
 the row: both are O(1), old message rows become unreachable and expire by TTL.
 
@@ -26,12 +40,16 @@ Expiry seen by readers is decided in Python from the caller's clock
 
 The modules, one job each: :mod:`.settings` (the ``queuey.cassandra.*`` keys),
 :mod:`.session` (driver set-up, consistency, error wrapping), :mod:`.statements`
-(prepared CQL), :mod:`.schema` (migrations), :mod:`.writes` and :mod:`.reads`
-(the message paths) and :mod:`.backend` (:class:`CassandraStorage`).
+(prepared CQL), :mod:`.schema` (migrations), :mod:`.queues` (queue rows),
+:mod:`.writes`, :mod:`.dedup` and :mod:`.reads` (the message paths),
+:mod:`.leases` (a subscription's state and its rules, no I/O), :mod:`.turns`,
+:mod:`.workqueue` (lease I/O, ack, release, extend, reopen),
+:mod:`.reservation` (reserve), :mod:`.workstats` (stats) and :mod:`.backend`
+(:class:`CassandraStorage`).
 
 Besides ``load_from_config``, this package offers the schema commands the
 ``queuey schema`` CLI looks for on a backend module: ``upgrade_schema(settings)``
-(the steps applied) and ``schema_version(settings)`` (e.g. ``"1 of 1"``).
+(the steps applied) and ``schema_version(settings)`` (e.g. ``"2 of 2"``).
 """
 
 from queuey.storage.cassandra.backend import CassandraStorage, load_from_config

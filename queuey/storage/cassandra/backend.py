@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import astuple, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from cassandra.cluster import Session
@@ -22,9 +22,22 @@ from cassandra.query import BatchStatement, BatchType
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
-from queuey.storage import Message, MessageRef, NewMessage, QueueMeta, ReadQuery, Storage
-from queuey.storage.cassandra.reads import read_messages
+from queuey.errors import StorageUnavailable
+from queuey.settings import dedup_window
+from queuey.storage import (
+    DeadLetter,
+    Message,
+    MessageRef,
+    NewMessage,
+    QueueMeta,
+    QueueStats,
+    ReadQuery,
+    ReceiptStatus,
+    Reserved,
+    Storage,
+)
+from queuey.storage.cassandra import queues
+from queuey.storage.cassandra.reads import hidden, message_of, read_messages
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
     P_META,
@@ -42,6 +55,7 @@ from queuey.storage.cassandra.settings import (
     parse_settings,
 )
 from queuey.storage.cassandra.statements import Connection, Statements
+from queuey.storage.cassandra.workqueue import WorkQueues
 from queuey.storage.cassandra.writes import MessageWriter
 
 log = logging.getLogger(__name__)
@@ -49,26 +63,6 @@ log = logging.getLogger(__name__)
 MICROS = ids.MICROS
 #: Seconds to answer "unavailable" at once after a failed connection attempt.
 RECONNECT_DELAY = 2.0
-
-
-def _queue_from_row(row: Sequence[Any]) -> QueueMeta:
-    app, name, partitions, ttl, qtype, consistency, created, incarnation = row
-    return QueueMeta(
-        application=app,
-        name=name,
-        partitions=partitions,
-        ttl=ttl,
-        type=qtype,
-        consistency=consistency,
-        created=created or 0,
-        incarnation=incarnation,
-    )
-
-
-def _applied(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool]:
-    """(applied, row existed) of a lightweight transaction's answer."""
-    row = rows[0]
-    return bool(row[0]), len(row) > 1
 
 
 def _stored_refs(refs: Sequence[MessageRef]) -> list[MessageRef]:
@@ -84,12 +78,14 @@ class CassandraStorage(Storage):
     One instance is shared by the server's threads.
     """
 
-    def __init__(self, config: CassandraSettings, clock: Clock) -> None:
+    def __init__(self, config: CassandraSettings, clock: Clock, dedup_window: int = 300) -> None:
         self.config = config
         self.clock = clock
+        self.dedup_window = dedup_window
         self.write_timeout_seconds = config.request_timeout
         self._max_ttl_micros = config.max_ttl * MICROS
-        self._writer = MessageWriter(config, clock)
+        self._writer = MessageWriter(config, clock, dedup_window)
+        self._work = WorkQueues(config, self._max_ttl_micros)
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._closed = False
@@ -181,33 +177,16 @@ class CassandraStorage(Storage):
         with unavailable("connect"):
             return self._connection().bucket_micros
 
-    # -- queues ---------------------------------------------------------------
+    # -- queues (rows in .queues) -------------------------------------------------
     @boundary("create queue")
     def create_queue(self, meta: QueueMeta) -> QueueMeta:
         if not meta.created:
             meta = replace(meta, created=self.clock.now_micros())
-        c = self._connection()
-        rows = c.session.execute(
-            c.st.insert_queue,
-            astuple(meta)[:8],  # TEMP until schema v2: the first 8 columns in field order
-            execution_profile=P_META,
-        ).all()
-        applied, _ = _applied(rows)
-        if not applied:
-            raise QueueExists(meta.name)
-        return meta
-
-    def _read_queue(self, c: Connection, application: str, name: str) -> QueueMeta:
-        row = c.session.execute(
-            c.st.select_queue, (application, name), execution_profile=P_META
-        ).one()
-        if row is None:
-            raise QueueNotFound(name)
-        return _queue_from_row(row)
+        return queues.create(self._connection(), meta)
 
     @boundary("get queue")
     def get_queue(self, application: str, name: str) -> QueueMeta:
-        return self._read_queue(self._connection(), application, name)
+        return queues.from_row(queues.read_row(self._connection(), application, name))
 
     @boundary("list queues")
     def list_queues(
@@ -215,97 +194,19 @@ class CassandraStorage(Storage):
     ) -> list[QueueMeta]:
         if limit <= 0:
             return []
-        c = self._connection()
-        stmt = c.st.list_queues.bind((application, after or "", limit))
-        stmt.fetch_size = limit
-        rs = c.session.execute(stmt, execution_profile=P_META)
-        return [_queue_from_row(row) for row in rs.current_rows]
-
-    def _compare_and_set(
-        self,
-        application: str,
-        name: str,
-        what: str,
-        change: Callable[[QueueMeta], QueueMeta],
-        execute: Callable[[Connection, QueueMeta, QueueMeta], list],
-    ) -> QueueMeta:
-        """Read the queue row, apply ``change``, write it back only if unchanged (LWT).
-
-        Retries on a concurrent change; ``QueueNotFound`` if the row is gone.
-        """
-        c = self._connection()
-        for _ in range(10):
-            cur = self._read_queue(c, application, name)
-            new = change(cur)
-            applied, existed = _applied(execute(c, cur, new))
-            if applied:
-                return new
-            if not existed:
-                raise QueueNotFound(name)
-        raise StorageUnavailable(f"cassandra: {what}: too much contention")
+        return queues.list_rows(self._connection(), application, limit, after)
 
     @boundary("update queue")
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
-        unknown = set(changes) - {"partitions", "ttl", "type", "consistency"}
-        if unknown:
-            raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
-        changes = {key: value for key, value in changes.items() if value is not None}
-
-        def change(cur: QueueMeta) -> QueueMeta:
-            new = replace(cur, **changes)
-            if new.partitions < cur.partitions:
-                raise InvalidUpdate(
-                    f"partitions can only grow ({cur.partitions} -> {new.partitions})"
-                )
-            return new
-
-        def execute(c: Connection, cur: QueueMeta, new: QueueMeta) -> list:
-            return c.session.execute(
-                c.st.update_queue,
-                (
-                    new.partitions,
-                    new.ttl,
-                    new.type,
-                    new.consistency,
-                    application,
-                    name,
-                    cur.partitions,
-                    cur.ttl,
-                    cur.type,
-                    cur.consistency,
-                ),
-                execution_profile=P_META,
-            ).all()
-
-        return self._compare_and_set(application, name, "update queue", change, execute)
+        return queues.update(self._connection(), application, name, changes)
 
     @boundary("delete queue")
     def delete_queue(self, application: str, name: str) -> None:
-        c = self._connection()
-        rows = c.session.execute(
-            c.st.delete_queue, (application, name), execution_profile=P_META
-        ).all()
-        applied, _ = _applied(rows)
-        if not applied:
-            raise QueueNotFound(name)
-        c.session.execute(c.st.delete_checkpoints, (application, name), execution_profile=P_META)
+        queues.delete(self._connection(), application, name)
 
     @boundary("purge queue")
     def purge_queue(self, application: str, name: str) -> QueueMeta:
-        def execute(c: Connection, cur: QueueMeta, new: QueueMeta) -> list:
-            return c.session.execute(
-                c.st.purge_queue,
-                (new.incarnation, application, name, cur.incarnation),
-                execution_profile=P_META,
-            ).all()
-
-        return self._compare_and_set(
-            application,
-            name,
-            "purge queue",
-            lambda cur: replace(cur, incarnation=uuid.uuid4().hex),
-            execute,
-        )
+        return queues.purge(self._connection(), application, name)
 
     # -- messages ---------------------------------------------------------------
     @boundary("put messages")
@@ -344,16 +245,9 @@ class CassandraStorage(Storage):
         found: list[Message] = []
         for ref, rs in zip(refs, self._by_ref(c, queue, refs, c.st.get_message), strict=True):
             row = rs.one()
-            if row is not None and row[2] > now_micros:
-                found.append(
-                    Message(
-                        id=row[0],
-                        timestamp=ids.micros_of(row[0]),
-                        partition=ref.partition,
-                        body=row[1],
-                        expires=row[2],
-                    )
-                )
+            # A delayed message is invisible until due, as in reads.
+            if row is not None and row[2] > now_micros and not hidden(row[0], now_micros):
+                found.append(message_of(row, ref.partition))
         return found
 
     @boundary("delete messages")
@@ -362,7 +256,84 @@ class CassandraStorage(Storage):
         if not refs:
             return
         c = self._connection()
+        # A message of priority > 0 has a copy in the priority index as well.
+        rows = [rs.one() for rs in self._by_ref(c, queue, refs, c.st.get_message)]
+        copies = [
+            c.st.delete_priority_message.bind(
+                (queue.incarnation, r.partition, row[3], c.bucket_of(ids.micros_of(r.id)), r.id)
+            )
+            for r, row in zip(refs, rows, strict=True)
+            if row is not None and (row[3] or 0) > 0
+        ]
+        execute_all(c.session, copies, consistency_profile(queue), self.config.request_timeout)
         self._by_ref(c, queue, refs, c.st.delete_message)
+
+    # -- work queues (see .workqueue) -------------------------------------------
+    @boundary("reserve")
+    def reserve(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        *,
+        partitions: Sequence[int],
+        limit: int,
+        visibility_timeout: int,
+        now_micros: int,
+        settled_micros: int,
+    ) -> Reserved:
+        if limit <= 0:
+            return Reserved([], [])
+        return self._work.reserve(
+            self._connection(),
+            queue,
+            subscription,
+            partitions=partitions,
+            limit=limit,
+            visibility_timeout=visibility_timeout,
+            now_micros=now_micros,
+            settled_micros=settled_micros,
+        )
+
+    @boundary("ack")
+    def ack(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
+    ) -> dict[str, ReceiptStatus]:
+        return self._work.ack(self._connection(), queue, subscription, receipts, now_micros)
+
+    @boundary("release")
+    def release(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        delay: int = 0,
+        error: str | None = None,
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        c = self._connection()
+        return self._work.release(c, queue, subscription, receipts, now_micros, delay, error)
+
+    @boundary("extend")
+    def extend(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        now_micros: int,
+        visibility_timeout: int,
+    ) -> dict[str, ReceiptStatus]:
+        c = self._connection()
+        return self._work.extend(c, queue, subscription, receipts, now_micros, visibility_timeout)
+
+    @boundary("reopen")
+    def reopen(
+        self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
+    ) -> int:
+        return self._work.reopen(self._connection(), queue, subscription, refs, now_micros)
+
+    @boundary("stats")
+    def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
+        return self._work.stats(self._connection(), queue, now_micros)
 
     # -- checkpoints ------------------------------------------------------------
     @boundary("get checkpoints")
@@ -402,7 +373,7 @@ def load_from_config(settings: Mapping[str, Any], clock: Clock) -> CassandraStor
     is created or upgraded on connecting, so that too waits for Cassandra;
     otherwise it must already be there (``queuey schema upgrade``).
     """
-    storage = CassandraStorage(parse_settings(settings), clock)
+    storage = CassandraStorage(parse_settings(settings), clock, dedup_window(settings))
     try:
         storage.connect()
     except StorageUnavailable as exc:

@@ -16,15 +16,49 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cassandra.cluster import ResponseFuture
-from cassandra.query import BoundStatement
+from cassandra.query import BoundStatement, PreparedStatement
 
 from queuey import ids
 from queuey.storage import Message, QueueMeta, ReadQuery, merge_partitions
 from queuey.storage.cassandra.session import consistency_profile
-from queuey.storage.cassandra.statements import Connection
+from queuey.storage.cassandra.statements import Connection, RangeStatements
 
 #: Bucket-index rows fetched per page.
 INDEX_PAGE = 64
+#: How far past now a read looks for ids an ordinary write minted ahead of the
+#: clock (an id generator steps a microsecond per id within one instant).
+LOOKAHEAD_MICROS = ids.MICROS
+#: The node bit every ordinary id has set (:class:`queuey.ids.IdGenerator`);
+#: a delayed id is minted with it clear (:meth:`.writes.MessageWriter.mint`).
+_MULTICAST = 0x010000000000
+
+
+def delayed_id(node: int) -> int:
+    """A node for a delayed message's id: random, multicast bit clear."""
+    return node & ~_MULTICAST
+
+
+def is_delayed(message_id: uuid.UUID) -> bool:
+    return not message_id.node & _MULTICAST
+
+
+def hidden(message_id: uuid.UUID, now: int) -> bool:
+    """A delayed message not due yet: invisible to every reader."""
+    return ids.micros_of(message_id) > now and is_delayed(message_id)
+
+
+def message_of(row: tuple, partition: int) -> Message:
+    """A :class:`Message` from a row of ``Statements.MESSAGE_COLS``."""
+    mid, body, expires, priority, attributes = row
+    return Message(
+        id=mid,
+        timestamp=ids.micros_of(mid),
+        partition=partition,
+        body=body,
+        expires=expires,
+        priority=priority or 0,
+        attributes=dict(attributes) if attributes else None,
+    )
 
 
 def read_messages(
@@ -60,12 +94,27 @@ class ReadPlan:
     lo_bucket: int
     hi_bucket: int
     page: int  # rows fetched per request for one partition
+    delayed_too: bool = False
+    direct: bool = False
 
     @classmethod
     def make(
-        cls, c: Connection, queue: QueueMeta, q: ReadQuery, max_ttl_micros: int
+        cls,
+        c: Connection,
+        queue: QueueMeta,
+        q: ReadQuery,
+        max_ttl_micros: int,
+        *,
+        delayed_too: bool = False,
+        direct: bool = False,
     ) -> ReadPlan | None:
-        """The plan, or ``None`` when the bounds leave nothing to read."""
+        """The plan, or ``None`` when the bounds leave nothing to read.
+
+        ``delayed_too``: include messages not yet due (stats count them).
+        ``direct``: when the bounds lie in one bucket, read it without asking
+        the bucket index (reserve, whose position is usually in the current
+        bucket; the index is what skips expired rows, and there a slice after
+        the position holds at most one bucket of them)."""
         # Older messages are expired whatever their TTL (TTLs are <= max_ttl):
         # this also keeps reads away from expired bucket-index rows.
         lo_ts = q.now_micros - max_ttl_micros + 1
@@ -76,7 +125,13 @@ class ReadPlan:
             lo_ts = max(lo_ts, ids.micros_of(q.after_id))
             if ids.order_key(q.after_id) > ids.order_key(lo_id):
                 lo_id = q.after_id  # exclusive: the row itself is skipped
-        hi_ts = ids.MAX_MICROS if q.until_micros is None else min(q.until_micros, ids.MAX_MICROS)
+        # A delayed message's id is its due time: reads stop just past now
+        # (ordinary ids minted ahead) and drop the delayed ones not yet due.
+        hi_ts = ids.MAX_MICROS
+        if not delayed_too:
+            hi_ts = min(q.now_micros + LOOKAHEAD_MICROS + 1, ids.MAX_MICROS)
+        if q.until_micros is not None:
+            hi_ts = min(hi_ts, q.until_micros)
         if hi_ts <= lo_ts:
             return None
         width = len(dict.fromkeys(q.partitions))
@@ -93,6 +148,8 @@ class ReadPlan:
             lo_bucket=lo_ts // c.bucket_micros,
             hi_bucket=(hi_ts - 1) // c.bucket_micros,
             page=page,
+            delayed_too=delayed_too,
+            direct=direct and lo_ts // c.bucket_micros == (hi_ts - 1) // c.bucket_micros,
         )
 
 
@@ -103,12 +160,22 @@ class PartitionReader:
     a read never keeps more than about the page it answers.
     """
 
-    def __init__(self, plan: ReadPlan, partition: int) -> None:
+    def __init__(
+        self,
+        plan: ReadPlan,
+        partition: int,
+        source: RangeStatements | None = None,
+        key: tuple = (),
+    ) -> None:
+        """``source`` and ``key``: another time-bucketed table with the same
+        columns (the priority index) and its key columns after the partition."""
         self.plan = plan
         self.partition = partition
-        st = plan.conn.st
-        self._index_stmt = st.buckets_desc if plan.descending else st.buckets_asc
-        self._msg_stmt = st.messages_desc if plan.descending else st.messages_asc
+        src = source or plan.conn.st.messages
+        self._key = (plan.incarnation, partition, *key)
+        self._light = src.light
+        self._index_stmt: PreparedStatement = src.index_desc if plan.descending else src.index_asc
+        self._msg_stmt: PreparedStatement = src.rows_desc if plan.descending else src.rows_asc
         # (bucket, lowest live id in it) ready to read, in read order
         self._buckets: collections.deque[tuple[int, uuid.UUID]] = collections.deque()
         self._current: list[int] | None = None  # [bucket, longest TTL] still collecting
@@ -126,9 +193,11 @@ class PartitionReader:
 
     def start(self) -> None:
         p = self.plan
-        self._index_bound = self._index_stmt.bind(
-            (p.incarnation, self.partition, p.lo_bucket, p.hi_bucket)
-        )
+        if p.direct:
+            self._buckets.append((p.lo_bucket, p.lo_id))
+            self._index_done = True
+            return
+        self._index_bound = self._index_stmt.bind((*self._key, p.lo_bucket, p.hi_bucket))
         self._index_bound.fetch_size = INDEX_PAGE
         self._index_future = self._send(self._index_bound)
 
@@ -173,7 +242,7 @@ class PartitionReader:
         assert self._bucket is not None
         p = self.plan
         bucket, lo = self._bucket
-        bound = self._msg_stmt.bind((p.incarnation, self.partition, bucket, lo, p.hi_id))
+        bound = self._msg_stmt.bind((*self._key, bucket, lo, p.hi_id))
         bound.fetch_size = p.page
         return self._send(bound, paging_state)
 
@@ -194,14 +263,11 @@ class PartitionReader:
             rs = self._msg_future.result()
             self._msg_future = None
             state = rs.paging_state
-            for mid, body, expires in rs.current_rows:
-                if expires > p.now and mid != p.after_id:
-                    yield Message(
-                        id=mid,
-                        timestamp=ids.micros_of(mid),
-                        partition=self.partition,
-                        body=body,
-                        expires=expires,
-                    )
+            for row in rs.current_rows:
+                if self._light:
+                    row = (row[0], "", row[1], row[2], None)
+                if row[2] > p.now and row[0] != p.after_id:
+                    if p.delayed_too or not hidden(row[0], p.now):
+                        yield message_of(row, self.partition)
             if state is not None:
                 self._msg_future = self._query_bucket(state)

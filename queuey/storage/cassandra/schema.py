@@ -96,9 +96,59 @@ def _v1(cfg: CassandraSettings) -> list[str]:
     ]
 
 
+def _v2(cfg: CassandraSettings) -> list[str]:
+    """Work queues: queue settings, message fields, the priority index, dedup
+    ids and subscription state (see :mod:`.workqueue`)."""
+    ks = cfg.keyspace
+    unit, size = twcs_window(cfg.bucket_seconds, cfg.max_ttl)
+    twcs = (
+        "{'class': 'TimeWindowCompactionStrategy', "
+        f"'compaction_window_unit': '{unit}', 'compaction_window_size': '{size}'}}"
+    )
+    expiring = (
+        f"compaction = {twcs} AND default_time_to_live = 0 "
+        f"AND gc_grace_seconds = {MESSAGES_GC_GRACE}"
+    )
+    return [
+        f"ALTER TABLE {ks}.queues ADD IF NOT EXISTS"
+        " (visibility_timeout int, max_attempts int, dead_letter_queue text, delay int)",
+        f"ALTER TABLE {ks}.messages ADD IF NOT EXISTS"
+        " (priority int, attributes frozen<map<text, text>>)",
+        # Priority > 0 messages, copied here so a subscription finds them
+        # without scanning the priority-0 backlog.
+        f"CREATE TABLE IF NOT EXISTS {ks}.priority_messages ("
+        " incarnation text, partition int, priority int, bucket bigint, id timeuuid,"
+        " body text, expires bigint, attributes frozen<map<text, text>>,"
+        " PRIMARY KEY ((incarnation, partition, priority, bucket), id))"
+        f" WITH CLUSTERING ORDER BY (id ASC) AND {expiring}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.priority_buckets ("
+        " incarnation text, partition int, priority int, bucket bigint, message_ttl int,"
+        " PRIMARY KEY ((incarnation, partition, priority), bucket, message_ttl))"
+        f" WITH CLUSTERING ORDER BY (bucket DESC, message_ttl DESC) AND {expiring}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.queue_priorities ("
+        " incarnation text, partition int, priority int,"
+        " PRIMARY KEY ((incarnation, partition), priority))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.dedup ("
+        " incarnation text, dedup_id text, until bigint, id timeuuid, partition int,"
+        " body text, expires bigint, priority int, attributes frozen<map<text, text>>,"
+        " PRIMARY KEY ((incarnation, dedup_id)))"
+        f" WITH {expiring}",
+        f"CREATE TABLE IF NOT EXISTS {ks}.subscriptions ("
+        " incarnation text, subscription text, PRIMARY KEY ((incarnation), subscription))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.leases ("
+        " incarnation text, subscription text, partition int,"
+        " version bigint static, positions frozen<map<int, timeuuid>> static,"
+        " dead_lettered bigint static,"
+        " slot int, message_id timeuuid, priority int, lease_token text, state text,"
+        " visible_at bigint, attempts int, last_error text,"
+        " PRIMARY KEY ((incarnation, subscription, partition), slot))",
+    ]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
+    Migration(2, "work queues: settings, message fields, priorities, dedup ids, leases", _v2),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -210,7 +260,7 @@ def schema_status(settings: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def schema_version(settings: Mapping[str, Any]) -> str:
-    """The configured keyspace's schema version for people, e.g. ``"1 of 1"``.
+    """The configured keyspace's schema version for people, e.g. ``"2 of 2"``.
 
     ``queuey schema show`` prints it; ``0 of N`` means the keyspace has no
     Queuey schema yet.

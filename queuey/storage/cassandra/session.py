@@ -59,6 +59,9 @@ DRIVER_ERRORS: tuple[type[BaseException], ...] = (
 # Execution profile names.
 P_WEAK, P_STRONG, P_VERY_STRONG = "weak", "strong", "very_strong"
 P_META = "meta"
+#: Work-queue state and dedup claims: lightweight transactions within the
+#: local data centre (LOCAL_SERIAL), reads and commits at LOCAL_QUORUM.
+P_WORK = "work"
 #: Queue consistency -> Cassandra consistency level.
 CONSISTENCY_LEVELS: dict[str, int] = {
     P_WEAK: ConsistencyLevel.ONE,
@@ -92,6 +95,7 @@ def build_cluster(config: CassandraSettings) -> Cluster:
     profiles = {
         EXEC_PROFILE_DEFAULT: profile(ConsistencyLevel.LOCAL_QUORUM),
         P_META: profile(ConsistencyLevel.LOCAL_QUORUM, ConsistencyLevel.SERIAL),
+        P_WORK: profile(ConsistencyLevel.LOCAL_QUORUM, ConsistencyLevel.LOCAL_SERIAL),
     }
     for name, level in CONSISTENCY_LEVELS.items():
         profiles[name] = profile(level)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cassandra.cluster import Cluster, Session
 
@@ -16,17 +18,22 @@ class Statements:
     """
 
     _QUEUE_COLS = (
-        "application, name, partitions, default_ttl, queue_type, consistency, created, incarnation"
+        "application, name, partitions, default_ttl, queue_type, consistency, created, "
+        "incarnation, visibility_timeout, max_attempts, dead_letter_queue, delay"
     )
+    #: The columns a message read selects, in :func:`.reads.message_of` order.
+    MESSAGE_COLS = "id, body, expires, priority, attributes"
 
     def __init__(self, session: Session, ks: str) -> None:
         p = session.prepare
         cols = self._QUEUE_COLS
+        mcols = self.MESSAGE_COLS
         self.ping = p("SELECT release_version FROM system.local")
         self.storage_setting = p(f"SELECT value FROM {ks}.storage_settings WHERE name = ?")
         # queues
         self.insert_queue = p(
-            f"INSERT INTO {ks}.queues ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+            f"INSERT INTO {ks}.queues ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "IF NOT EXISTS"
         )
         self.select_queue = p(f"SELECT {cols} FROM {ks}.queues WHERE application = ? AND name = ?")
         self.list_queues = p(
@@ -34,9 +41,12 @@ class Statements:
         )
         self.update_queue = p(
             f"UPDATE {ks}.queues "
-            "SET partitions = ?, default_ttl = ?, queue_type = ?, consistency = ? "
+            "SET partitions = ?, default_ttl = ?, queue_type = ?, consistency = ?, "
+            "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ? "
             "WHERE application = ? AND name = ? "
-            "IF partitions = ? AND default_ttl = ? AND queue_type = ? AND consistency = ?"
+            "IF partitions = ? AND default_ttl = ? AND queue_type = ? AND consistency = ? "
+            "AND visibility_timeout = ? AND max_attempts = ? AND dead_letter_queue = ? "
+            "AND delay = ?"
         )
         self.purge_queue = p(
             f"UPDATE {ks}.queues SET incarnation = ? WHERE application = ? AND name = ? "
@@ -47,32 +57,86 @@ class Statements:
         )
         # messages
         self.insert_message = p(
-            f"INSERT INTO {ks}.messages (incarnation, partition, bucket, id, body, expires) "
-            "VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+            f"INSERT INTO {ks}.messages "
+            "(incarnation, partition, bucket, id, body, expires, priority, attributes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
         )
         self.insert_bucket = p(
             f"INSERT INTO {ks}.message_buckets (incarnation, partition, bucket, message_ttl) "
             "VALUES (?, ?, ?, ?) USING TTL ?"
         )
-        index_where = (
-            f"FROM {ks}.message_buckets WHERE incarnation = ? AND partition = ? "
-            "AND bucket >= ? AND bucket <= ?"
-        )
-        self.buckets_desc = p(
-            f"SELECT bucket, message_ttl {index_where} ORDER BY bucket DESC, message_ttl DESC"
-        )
-        self.buckets_asc = p(
-            f"SELECT bucket, message_ttl {index_where} ORDER BY bucket ASC, message_ttl ASC"
-        )
-        msg_where = (
-            f"FROM {ks}.messages WHERE incarnation = ? AND partition = ? AND bucket = ? "
-            "AND id >= ? AND id < ?"
-        )
-        self.messages_asc = p(f"SELECT id, body, expires {msg_where} ORDER BY id ASC")
-        self.messages_desc = p(f"SELECT id, body, expires {msg_where} ORDER BY id DESC")
+        self.messages = RangeStatements(p, ks, "messages", "message_buckets", "", mcols)
+        # ``messages_asc`` / ``buckets_asc`` etc. kept as names for the reader
+        self.buckets_desc = self.messages.index_desc
+        self.buckets_asc = self.messages.index_asc
+        self.messages_asc = self.messages.rows_asc
+        self.messages_desc = self.messages.rows_desc
         key = "incarnation = ? AND partition = ? AND bucket = ? AND id = ?"
-        self.get_message = p(f"SELECT id, body, expires FROM {ks}.messages WHERE {key}")
+        self.get_message = p(f"SELECT {mcols} FROM {ks}.messages WHERE {key}")
         self.delete_message = p(f"DELETE FROM {ks}.messages WHERE {key}")
+        # the priority index (priority > 0 only)
+        self.priority = RangeStatements(
+            p, ks, "priority_messages", "priority_buckets", " AND priority = ?", mcols
+        )
+        # the same without bodies, for counting (stats)
+        light = "id, expires, priority"
+        self.message_ids = RangeStatements(p, ks, "messages", "message_buckets", "", light)
+        self.priority_ids = RangeStatements(
+            p, ks, "priority_messages", "priority_buckets", " AND priority = ?", light
+        )
+        self.insert_priority_message = p(
+            f"INSERT INTO {ks}.priority_messages "
+            "(incarnation, partition, priority, bucket, id, body, expires, attributes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self.insert_priority_bucket = p(
+            f"INSERT INTO {ks}.priority_buckets "
+            "(incarnation, partition, priority, bucket, message_ttl) "
+            "VALUES (?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self.delete_priority_message = p(
+            f"DELETE FROM {ks}.priority_messages WHERE incarnation = ? AND partition = ? "
+            "AND priority = ? AND bucket = ? AND id = ?"
+        )
+        self.insert_queue_priority = p(
+            f"INSERT INTO {ks}.queue_priorities (incarnation, partition, priority) "
+            "VALUES (?, ?, ?) USING TTL ?"
+        )
+        self.queue_priorities = p(
+            f"SELECT priority FROM {ks}.queue_priorities WHERE incarnation = ? AND partition = ?"
+        )
+        # dedup ids
+        dcols = "until, id, partition, body, expires, priority, attributes"
+        self.insert_dedup = p(
+            f"INSERT INTO {ks}.dedup (incarnation, dedup_id, {dcols}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+        )
+        self.replace_dedup = p(
+            f"UPDATE {ks}.dedup USING TTL ? SET until = ?, id = ?, partition = ?, body = ?, "
+            "expires = ?, priority = ?, attributes = ? "
+            "WHERE incarnation = ? AND dedup_id = ? IF id = ?"
+        )
+        # work queues
+        self.insert_subscription = p(
+            f"INSERT INTO {ks}.subscriptions (incarnation, subscription) VALUES (?, ?) USING TTL ?"
+        )
+        self.list_subscriptions = p(
+            f"SELECT subscription FROM {ks}.subscriptions WHERE incarnation = ?"
+        )
+        lease_key = "incarnation = ? AND subscription = ? AND partition = ?"
+        self.read_leases = p(
+            "SELECT slot, version, positions, dead_lettered, message_id, priority, lease_token, "
+            f"state, visible_at, attempts, last_error FROM {ks}.leases WHERE {lease_key}"
+        )
+        self.write_lease_head = p(
+            f"UPDATE {ks}.leases USING TTL ? SET version = ?, positions = ?, dead_lettered = ? "
+            f"WHERE {lease_key} IF version = ?"
+        )
+        self.write_slot = p(
+            f"UPDATE {ks}.leases USING TTL ? SET message_id = ?, priority = ?, lease_token = ?, "
+            "state = ?, visible_at = ?, attempts = ?, last_error = ? "
+            f"WHERE {lease_key} AND slot = ?"
+        )
         # checkpoints
         self.get_checkpoints = p(
             f"SELECT partition, id FROM {ks}.checkpoints "
@@ -85,6 +149,34 @@ class Statements:
         self.delete_checkpoints = p(
             f"DELETE FROM {ks}.checkpoints WHERE application = ? AND queue = ?"
         )
+
+
+class RangeStatements:
+    """The four statements a time-bucketed reader walks: the bucket index and the
+    rows of one bucket, each in both orders. ``extra_key`` names the key columns
+    beyond (incarnation, partition), e.g. the priority of the priority index."""
+
+    def __init__(
+        self, p: Callable[[str], Any], ks: str, rows: str, index: str, extra_key: str, cols: str
+    ) -> None:
+        index_where = (
+            f"FROM {ks}.{index} WHERE incarnation = ? AND partition = ?{extra_key} "
+            "AND bucket >= ? AND bucket <= ?"
+        )
+        self.index_desc = p(
+            f"SELECT bucket, message_ttl {index_where} ORDER BY bucket DESC, message_ttl DESC"
+        )
+        self.index_asc = p(
+            f"SELECT bucket, message_ttl {index_where} ORDER BY bucket ASC, message_ttl ASC"
+        )
+        where = (
+            f"FROM {ks}.{rows} WHERE incarnation = ? AND partition = ?{extra_key} "
+            "AND bucket = ? AND id >= ? AND id < ?"
+        )
+        #: Rows are (id, expires, priority) only: no bodies.
+        self.light = cols.count(",") == 2
+        self.rows_asc = p(f"SELECT {cols} {where} ORDER BY id ASC")
+        self.rows_desc = p(f"SELECT {cols} {where} ORDER BY id DESC")
 
 
 @dataclass

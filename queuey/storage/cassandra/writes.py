@@ -16,15 +16,19 @@ means "outcome unknown", not "not stored".
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from cassandra.query import BatchStatement, BatchType, BoundStatement
+from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStatement
 
 from queuey import ids
 from queuey.clock import Clock
 from queuey.storage import Message, NewMessage, QueueMeta
+from queuey.storage.cassandra.dedup import claim_dedup_ids
+from queuey.storage.cassandra.reads import delayed_id
 from queuey.storage.cassandra.session import consistency_profile, execute_all, remaining
 from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL, PREFIX, CassandraSettings
 from queuey.storage.cassandra.statements import Connection
@@ -41,13 +45,18 @@ class MessageWriter:
     and remembers which bucket-index rows this process has written already.
     """
 
-    def __init__(self, config: CassandraSettings, clock: Clock) -> None:
+    def __init__(self, config: CassandraSettings, clock: Clock, dedup_window: int = 300) -> None:
         self.config = config
         self.clock = clock
+        self.dedup_window = dedup_window
         self._ids = ids.IdGenerator()
-        # (incarnation, partition, bucket, message ttl) this process has indexed
-        self._indexed: collections.OrderedDict[tuple[str, int, int, int], None] = (
-            collections.OrderedDict()
+        # index rows (bucket, priority bucket, priority in use) this process wrote
+        self._indexed: collections.OrderedDict[tuple, None] = collections.OrderedDict()
+        # A queue partition's "priority in use" row is rewritten once per
+        # window and lives long enough for any message written meanwhile.
+        self._priority_refresh = max(3600, config.max_ttl // 2)
+        self._priority_ttl = min(
+            CASSANDRA_MAX_TTL, config.max_ttl + 2 * self._priority_refresh + 86400
         )
         self._indexed_lock = threading.Lock()
 
@@ -61,6 +70,34 @@ class MessageWriter:
             if not 1 <= m.ttl <= max_ttl:
                 raise ValueError(f"ttl {m.ttl} outside 1..{max_ttl} ({PREFIX}max_ttl)")
 
+    def mint(self, m: NewMessage, now: int) -> Message:
+        """The stored form of ``m``, with its id.
+
+        A delayed message's id is stamped with its due time, outside the
+        generator (whose last id must not jump into the future): a random node
+        and clock sequence keep such ids distinct, and the node's multicast bit,
+        clear, marks them as delayed for readers (:func:`.reads.hidden`). Its
+        expiry counts from now.
+        """
+        if m.delay > 0:
+            ts = now + m.delay * MICROS
+            rnd = int.from_bytes(os.urandom(8), "big")
+            mid = ids.make_uuid(ts, delayed_id(rnd & 0xFFFFFFFFFFFF), (rnd >> 48) & 0x3FFF)
+            expires = now + m.ttl * MICROS
+        else:
+            ts = self._ids.next_micros(now)
+            mid = self._ids.make(ts)
+            expires = ts + m.ttl * MICROS
+        return Message(
+            id=mid,
+            timestamp=ts,
+            partition=m.partition,
+            body=m.body,
+            expires=expires,
+            priority=m.priority,
+            attributes=dict(m.attributes) if m.attributes else None,
+        )
+
     def put(
         self,
         c: Connection,
@@ -69,42 +106,76 @@ class MessageWriter:
         write_timeout: float,
     ) -> list[Message]:
         """Mint ids and store ``messages`` all or nothing; they must land within
-        ``write_timeout`` seconds or the write fails."""
-        st, session = c.st, c.session
-        profile = consistency_profile(queue)
-        inc = queue.incarnation
-        out: list[Message] = []
-        stmts: list[BoundStatement] = []
-        keys: set[tuple[int, int]] = set()
-        index: dict[tuple[str, int, int, int], int] = {}  # index row -> its TTL
-        bucket_us = c.bucket_micros
+        ``write_timeout`` seconds or the write fails.
+
+        Messages with a ``dedup_id`` first claim it (:mod:`.dedup`); one whose
+        id is claimed already is answered with the first message instead.
+        """
         # Readers hide the newest write_timeout_seconds (plus skew): every
         # message must be stored within that time of its id being minted.
         deadline = time.monotonic() + write_timeout
-        for m in messages:
-            ts = self._ids.next_micros(self.clock.now_micros())
-            mid = self._ids.make(ts)
-            msg = Message(
-                id=mid,
-                timestamp=ts,
-                partition=m.partition,
-                body=m.body,
-                expires=ts + m.ttl * MICROS,
+        now = self.clock.now_micros()
+        minted = [self.mint(m, now) for m in messages]
+        answers, writes = minted, minted
+        if any(m.dedup_id for m in messages):
+            answers, writes = claim_dedup_ids(
+                c, queue, messages, minted, now, self.dedup_window, write_timeout, self.mint
             )
-            out.append(msg)
-            bucket = ts // bucket_us
-            keys.add((m.partition, bucket))
-            # One second of slack: Cassandra counts the TTL from its own clock.
+        if writes:
+            self.write(c, queue, writes, now, deadline)
+        return answers
+
+    def write(
+        self,
+        c: Connection,
+        queue: QueueMeta,
+        messages: Sequence[Message],
+        now: int,
+        deadline: float,
+    ) -> None:
+        """Store minted messages (and their index rows) atomically."""
+        st, session = c.st, c.session
+        profile = consistency_profile(queue)
+        inc = queue.incarnation
+        stmts: list[BoundStatement] = []
+        keys: set[tuple[int, ...]] = set()
+        index: dict[tuple, tuple[Any, tuple]] = {}  # cache key -> (statement, values)
+        bucket_us = c.bucket_micros
+        for msg in messages:
+            bucket = msg.timestamp // bucket_us
+            # Cassandra counts the TTL from its own clock: one second of slack.
+            row_ttl = -(-(msg.expires - now) // MICROS) + 1
+            attributes = msg.attributes or UNSET_VALUE
+            p, prio = msg.partition, msg.priority
+            keys.add((p, bucket))
             stmts.append(
                 st.insert_message.bind(
-                    (inc, m.partition, bucket, mid, m.body, msg.expires, m.ttl + 1)
+                    (inc, p, bucket, msg.id, msg.body, msg.expires, prio, attributes, row_ttl)
                 )
             )
-            key = (inc, m.partition, bucket, m.ttl)
-            if key not in index:
-                # The index row outlives every message of its bucket with this TTL.
-                left = -(-((bucket + 1) * bucket_us - ts) // MICROS)
-                index[key] = min(m.ttl + left + bucket_us // MICROS + 1, CASSANDRA_MAX_TTL)
+            # The index rows outlive every message of their bucket with this lifetime.
+            life = max(1, -(-(msg.expires - msg.timestamp) // MICROS))
+            left = -(-((bucket + 1) * bucket_us - now) // MICROS)
+            index_ttl = min(life + left + bucket_us // MICROS + 1, CASSANDRA_MAX_TTL)
+            index.setdefault(
+                ("m", inc, p, bucket, life), (st.insert_bucket, (inc, p, bucket, life, index_ttl))
+            )
+            if prio > 0:
+                keys.add((p, prio, bucket))
+                stmts.append(
+                    st.insert_priority_message.bind(
+                        (inc, p, prio, bucket, msg.id, msg.body, msg.expires, attributes, row_ttl)
+                    )
+                )
+                index.setdefault(
+                    ("p", inc, p, prio, bucket, life),
+                    (st.insert_priority_bucket, (inc, p, prio, bucket, life, index_ttl)),
+                )
+                window = self._priority_refresh
+                index.setdefault(
+                    ("q", inc, p, prio, now // (window * MICROS)),
+                    (st.insert_queue_priority, (inc, p, prio, self._priority_ttl)),
+                )
         self._write_index(c, profile, index, deadline)
         if len(stmts) == 1:
             session.execute(stmts[0], execution_profile=profile, timeout=remaining(deadline))
@@ -116,25 +187,25 @@ class MessageWriter:
             for s in stmts:
                 batch.add(s)
             session.execute(batch, execution_profile=profile, timeout=remaining(deadline))
-        return out
 
     def _write_index(
         self,
         c: Connection,
         profile: str,
-        index: Mapping[tuple[str, int, int, int], int],
+        index: Mapping[tuple, tuple[Any, tuple]],
         deadline: float,
     ) -> None:
-        """Record the buckets about to receive messages, before the messages land.
+        """Record the buckets (and priorities) about to receive messages, before
+        the messages land.
 
-        Written first so a message is never stored in a bucket readers cannot
-        find; a (bucket, TTL) this process indexed already costs nothing.
+        Written first so a message is never stored where readers cannot find
+        it; an index row this process wrote already costs nothing.
         """
         with self._indexed_lock:
-            needed = [(key, ttl) for key, ttl in index.items() if key not in self._indexed]
+            needed = [(key, row) for key, row in index.items() if key not in self._indexed]
         if not needed:
             return
-        stmts = [c.st.insert_bucket.bind((*key, ttl)) for key, ttl in needed]
+        stmts = [stmt.bind(values) for _, (stmt, values) in needed]
         execute_all(c.session, stmts, profile, self.config.request_timeout, deadline)
         with self._indexed_lock:
             for key, _ in needed:

@@ -1,0 +1,160 @@
+"""The ``queues`` table: queue rows, changed only by lightweight transactions
+(so two API nodes can never both create a name or lose each other's update)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import astuple, replace
+from typing import Any
+
+from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
+from queuey.storage import QueueMeta
+from queuey.storage.cassandra.session import P_META
+from queuey.storage.cassandra.statements import Connection
+
+#: What ``update`` may change.
+UPDATABLE = frozenset(
+    {
+        "partitions",
+        "ttl",
+        "type",
+        "consistency",
+        "visibility_timeout",
+        "max_attempts",
+        "dead_letter_queue",
+        "delay",
+    }
+)
+
+
+def from_row(row: Sequence[Any]) -> QueueMeta:
+    """Metadata from a row; a row written before schema v2 (nulls in the
+    work-queue columns) reads as the defaults."""
+    app, name, partitions, ttl, qtype, consistency, created, incarnation = row[:8]
+    visibility_timeout, max_attempts, dead_letter_queue, delay = row[8:12]
+    return QueueMeta(
+        application=app,
+        name=name,
+        partitions=partitions,
+        ttl=ttl,
+        type=qtype,
+        consistency=consistency,
+        created=created or 0,
+        incarnation=incarnation,
+        visibility_timeout=30 if visibility_timeout is None else visibility_timeout,
+        max_attempts=max_attempts or 0,
+        dead_letter_queue=dead_letter_queue,
+        delay=delay or 0,
+    )
+
+
+def values(meta: QueueMeta) -> tuple:
+    """The queue's columns in ``Statements._QUEUE_COLS`` order."""
+    return (
+        *astuple(meta)[:8],
+        meta.visibility_timeout,
+        meta.max_attempts,
+        meta.dead_letter_queue,
+        meta.delay,
+    )
+
+
+def _applied(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool]:
+    """(applied, row existed) of a lightweight transaction's answer."""
+    row = rows[0]
+    return bool(row[0]), len(row) > 1
+
+
+def create(c: Connection, meta: QueueMeta) -> QueueMeta:
+    rows = c.session.execute(c.st.insert_queue, values(meta), execution_profile=P_META).all()
+    applied, _ = _applied(rows)
+    if not applied:
+        raise QueueExists(meta.name)
+    return meta
+
+
+def read_row(c: Connection, application: str, name: str) -> Sequence[Any]:
+    row = c.session.execute(c.st.select_queue, (application, name), execution_profile=P_META).one()
+    if row is None:
+        raise QueueNotFound(name)
+    return row
+
+
+def list_rows(c: Connection, application: str, limit: int, after: str | None) -> list[QueueMeta]:
+    stmt = c.st.list_queues.bind((application, after or "", limit))
+    stmt.fetch_size = limit
+    rs = c.session.execute(stmt, execution_profile=P_META)
+    return [from_row(row) for row in rs.current_rows]
+
+
+def _compare_and_set(
+    c: Connection,
+    application: str,
+    name: str,
+    what: str,
+    change: Callable[[QueueMeta], QueueMeta],
+    execute: Callable[[Sequence[Any], QueueMeta], list],
+) -> QueueMeta:
+    """Read the queue row, apply ``change``, write it back only if unchanged (LWT).
+
+    ``execute`` gets the row as stored (its condition must compare stored
+    values, nulls included) and the new metadata. Retries on a concurrent
+    change; ``QueueNotFound`` if the row is gone.
+    """
+    for _ in range(10):
+        row = read_row(c, application, name)
+        new = change(from_row(row))
+        applied, existed = _applied(execute(row, new))
+        if applied:
+            return new
+        if not existed:
+            raise QueueNotFound(name)
+    raise StorageUnavailable(f"cassandra: {what}: too much contention")
+
+
+def update(c: Connection, application: str, name: str, changes: Mapping[str, Any]) -> QueueMeta:
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
+    changes = {key: value for key, value in changes.items() if value is not None}
+
+    def change(cur: QueueMeta) -> QueueMeta:
+        new = replace(cur, **changes)
+        if new.partitions < cur.partitions:
+            raise InvalidUpdate(f"partitions can only grow ({cur.partitions} -> {new.partitions})")
+        return new
+
+    def execute(row: Sequence[Any], new: QueueMeta) -> list:
+        fresh = values(new)
+        return c.session.execute(
+            c.st.update_queue,
+            (*fresh[2:6], *fresh[8:12], application, name, *row[2:6], *row[8:12]),
+            execution_profile=P_META,
+        ).all()
+
+    return _compare_and_set(c, application, name, "update queue", change, execute)
+
+
+def delete(c: Connection, application: str, name: str) -> None:
+    rows = c.session.execute(c.st.delete_queue, (application, name), execution_profile=P_META).all()
+    applied, _ = _applied(rows)
+    if not applied:
+        raise QueueNotFound(name)
+    c.session.execute(c.st.delete_checkpoints, (application, name), execution_profile=P_META)
+
+
+def purge(c: Connection, application: str, name: str) -> QueueMeta:
+    def execute(row: Sequence[Any], new: QueueMeta) -> list:
+        return c.session.execute(
+            c.st.purge_queue, (new.incarnation, application, name, row[7]), execution_profile=P_META
+        ).all()
+
+    return _compare_and_set(
+        c,
+        application,
+        name,
+        "purge queue",
+        lambda cur: replace(cur, incarnation=uuid.uuid4().hex),
+        execute,
+    )

@@ -1,0 +1,317 @@
+"""One reserve call on Cassandra: the choice across queue partitions.
+
+A call reads, for each queue partition it may serve (all at once), the
+subscription's lease partition, the priorities the queue partition used and
+the new messages after each priority's position; picks the best candidates
+over all of them (priority, then available again before new, then oldest);
+and writes each touched lease partition conditionally (:mod:`.workqueue`).
+Partitions whose write lost a race are read again and the call goes on until
+it has ``limit`` messages or nothing is left, so contention costs latency,
+never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from queuey import ids
+from queuey.errors import StorageUnavailable
+from queuey.storage import (
+    DeadLetter,
+    Delivery,
+    Message,
+    QueueMeta,
+    ReadQuery,
+    Reserved,
+    make_receipt,
+)
+from queuey.storage.cassandra.leases import CLAIMED, LeaseState, Slot, advance
+from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
+from queuey.storage.cassandra.session import consistency_profile
+from queuey.storage.cassandra.statements import Connection
+
+if TYPE_CHECKING:
+    from queuey.storage.cassandra.workqueue import WorkQueues
+
+#: Most rows one reserve reads past a position, per queue partition and priority.
+SCAN_ROWS = 2000
+#: Most queue partitions one reserve looks at (chosen at random beyond that).
+FANOUT = 32
+#: Most dead letters one reserve claims per queue partition.
+CLAIMS = 100
+#: Conditional rounds for one call before answering "unavailable" (contention).
+ROUNDS = 40
+
+
+@dataclass
+class View:
+    """What one reserve round saw of one queue partition."""
+
+    state: LeaseState
+    fresh: list[Message] = field(default_factory=list)  # new, in scan order
+    scans: dict[int, tuple[list[tuple[uuid.UUID, bool]], bool]] = field(default_factory=dict)
+    again: list[Slot] = field(default_factory=list)
+    claims: list[Slot] = field(default_factory=list)
+    capacity: int = 0  # free slots: how many new messages it can hand out
+
+
+class Reservation:
+    """One reserve call of ``sub`` on ``queue``."""
+
+    def __init__(self, work: WorkQueues, c: Connection, queue: QueueMeta, sub: str) -> None:
+        self.work = work
+        self.c = c
+        self.queue = queue
+        self.sub = sub
+
+    def run(
+        self,
+        *,
+        partitions: Sequence[int],
+        limit: int,
+        visibility_timeout: int,
+        now_micros: int,
+        settled_micros: int,
+    ) -> Reserved:
+        queue = self.queue
+        parts = [p for p in dict.fromkeys(partitions) if 1 <= p <= queue.partitions]
+        if len(parts) > FANOUT:
+            parts = random.sample(parts, FANOUT)
+        settled = min(settled_micros, now_micros)
+        deliveries: list[tuple[tuple, Delivery]] = []
+        dead: list[DeadLetter] = []
+        pending = parts
+        contended = False
+        for attempt in range(ROUNDS):
+            if not pending or len(deliveries) >= limit:
+                break
+            need = limit - len(deliveries)
+            held = self.work.take_turns(self.queue, self.sub, pending)
+            try:
+                pending = [p for p in pending if p not in held]
+                contended = self._round(
+                    held, need, visibility_timeout, now_micros, settled, deliveries, dead, pending
+                )
+            finally:
+                self.work.turns.give_back([self._key(p) for p in held])
+            if pending and contended:
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+        else:
+            if contended and not deliveries and not dead:
+                raise StorageUnavailable("cassandra: reserve: too much contention, retry")
+        deliveries.sort(key=lambda d: d[0])
+        return Reserved(deliveries=[d for _, d in deliveries], dead_letters=dead)
+
+    def _key(self, partition: int) -> tuple:
+        return (self.queue.incarnation, self.sub, partition)
+
+    def _round(
+        self,
+        parts: list[int],
+        need: int,
+        visibility_timeout: int,
+        now_micros: int,
+        settled: int,
+        deliveries: list,
+        dead: list[DeadLetter],
+        pending: list[int],
+    ) -> bool:
+        """One read-choose-write round over ``parts``; extends ``deliveries``,
+        ``dead`` and ``pending`` (partitions to look at again); whether a
+        write lost a race."""
+        queue = self.queue
+        views = self._views(parts, need, now_micros)
+        picks = _choose(views, need)
+        dirty: list[tuple[View, list[tuple[tuple, Delivery]], list[DeadLetter], bool]] = []
+        for p, view in views.items():
+            got, claimed, more = self._apply(
+                view, picks.get(p, []), visibility_timeout, now_micros, settled
+            )
+            if view.state.dirty:
+                dirty.append((view, got, claimed, more))
+            elif more:
+                pending.append(p)
+        applied = self.work.commit(self.c, queue, self.sub, [d[0].state for d in dirty])
+        for (view, got, claimed, more), ok in zip(dirty, applied, strict=True):
+            if ok:
+                deliveries.extend(got)
+                dead.extend(claimed)
+                if more:
+                    pending.append(view.state.partition)
+            else:
+                pending.append(view.state.partition)
+        return not all(applied)
+
+    def _views(self, parts: Sequence[int], need: int, now: int) -> dict[int, View]:
+        """Each partition's state, available-again slots and new messages."""
+        c, queue = self.c, self.queue
+        futures = [
+            c.session.execute_async(
+                c.st.queue_priorities,
+                (queue.incarnation, p),
+                execution_profile=consistency_profile(queue),
+                timeout=self.work.timeout,
+            )
+            for p in parts
+        ]
+        states = self.work.load(c, queue, self.sub, parts)
+        views: dict[int, View] = {}
+        readers = []
+        for p, future in zip(parts, futures, strict=True):
+            state = states[p]
+            view = views[p] = View(state, capacity=len(state.free_slots()))
+            for s in state.slots.values():
+                if s.available(now) and queue.max_attempts and s.attempts >= queue.max_attempts:
+                    view.claims.append(s)
+                elif s.state == CLAIMED and s.visible_at <= now:
+                    view.claims.append(s)
+                elif s.available(now):
+                    view.again.append(s)
+            del view.claims[CLAIMS:]
+            priorities = [0] + sorted({row[0] for row in future.result()} - {0})
+            for q in priorities:
+                readers.append((view, q, self._reader(p, q, state, now, need)))
+        for _, _, reader in readers:
+            if reader is not None:
+                reader.start()
+        for _, _, reader in readers:
+            if reader is not None:
+                reader.prime()
+        for view, q, reader in readers:
+            if reader is None:
+                view.scans[q] = ([], True)
+                continue
+            rows: list[tuple[uuid.UUID, bool]] = []
+            exhausted = True
+            fresh = 0
+            for msg in reader.messages():
+                relevant = q > 0 or msg.priority == 0
+                rows.append((msg.id, relevant))
+                if relevant and msg.id not in view.state.by_message:
+                    view.fresh.append(msg)
+                    fresh += 1
+                if fresh >= need or len(rows) >= SCAN_ROWS:
+                    exhausted = False
+                    break
+            view.scans[q] = (rows, exhausted)
+        return views
+
+    def _reader(
+        self,
+        partition: int,
+        priority: int,
+        state: LeaseState,
+        now: int,
+        need: int,
+    ) -> PartitionReader | None:
+        query = ReadQuery(
+            partitions=[partition],
+            now_micros=now,
+            limit=min(SCAN_ROWS, need + len(state.slots)),
+            order="ascending",
+            after_id=state.positions.get(priority),
+        )
+        c = self.c
+        plan = ReadPlan.make(
+            c, self.queue, query, self.work.max_ttl_micros, direct=query.after_id is not None
+        )
+        if plan is None:
+            return None
+        if priority == 0:
+            return PartitionReader(plan, partition)
+        return PartitionReader(plan, partition, c.st.priority, (priority,))
+
+    def _apply(
+        self,
+        view: View,
+        picks: list[Slot | Message],
+        visibility_timeout: int,
+        now: int,
+        settled: int,
+    ) -> tuple[list[tuple[tuple, Delivery]], list[DeadLetter], bool]:
+        """Lease the picks, claim the dead letters and move the positions in
+        ``view.state``; returns the deliveries (with their rank), the claims
+        and whether the partition may have more to give."""
+        c, queue, state = self.c, self.queue, view.state
+        p = state.partition
+        again = [x for x in picks if isinstance(x, Slot)]
+        fresh = [x for x in picks if isinstance(x, Message)]
+        named = again + view.claims
+        bodies = self.work.messages(c, queue, p, named, now) if named else {}
+        deliveries: list[tuple[tuple, Delivery]] = []
+        dead: list[DeadLetter] = []
+        more = len(picks) < len(view.again) + min(len(view.fresh), view.capacity)
+        for slot in view.claims:
+            msg = bodies.get(slot.message_id)
+            if msg is None:
+                state.gone(slot)
+                continue
+            new = state.claim(slot, now, queue.visibility_timeout)
+            dead.append(
+                DeadLetter(msg, new.attempts, new.last_error, make_receipt(p, msg.id, new.token))
+            )
+        for slot in again:
+            msg = bodies.get(slot.message_id)
+            if msg is None:
+                state.gone(slot)
+                more = True
+                continue
+            new = state.lease(slot, now, visibility_timeout)
+            receipt = make_receipt(p, msg.id, new.token)
+            deliveries.append((_rank(msg, True), Delivery(msg, new.attempts, receipt)))
+        # Slots first (the choice left enough free), then the positions may
+        # pass the messages just handed out.
+        for number, msg in zip(state.free_slots(), fresh, strict=False):
+            slot = Slot(number, msg.id, msg.priority, "", "", 0, 0)
+            new = state.lease(slot, now, visibility_timeout)
+            receipt = make_receipt(p, msg.id, new.token)
+            deliveries.append((_rank(msg, False), Delivery(msg, new.attempts, receipt)))
+        handed = state.by_message
+        before = dict(state.positions)
+        passed = False
+        for q, (rows, exhausted) in view.scans.items():
+            pos = advance(state.positions.get(q), rows, exhausted, handed, settled)
+            if pos is not None and pos != before.get(q):
+                passed = passed or any(ids.order_key(mid) <= ids.order_key(pos) for mid, _ in rows)
+                # Moving over nothing but time is written only with other
+                # changes, or once the position lags a bucket behind.
+                lag = settled - ids.micros_of(before[q]) if q in before else c.bucket_micros
+                if passed or fresh or state.dirty or lag >= c.bucket_micros:
+                    state.move_position(q, pos)
+        return deliveries, dead, more
+
+
+def _rank(msg: Message, again: bool) -> tuple:
+    """Reserve order: higher priority, then available again, then oldest."""
+    return (-msg.priority, 0 if again else 1, msg.timestamp, ids.order_key(msg.id))
+
+
+def _choose(views: dict[int, View], need: int) -> dict[int, list[Slot | Message]]:
+    """The ``need`` best candidates over all partitions (new ones only while
+    their partition has free slots)."""
+    candidates: list[tuple[tuple, int, Slot | Message]] = []
+    for p, view in views.items():
+        for s in view.again:
+            key = (-s.priority, 0, s.timestamp, ids.order_key(s.message_id))
+            candidates.append((key, p, s))
+        for m in view.fresh:
+            candidates.append((_rank(m, False), p, m))
+    candidates.sort(key=lambda c: c[0])
+    capacity = {p: v.capacity for p, v in views.items()}
+    picks: dict[int, list[Slot | Message]] = {}
+    taken = 0
+    for _, p, x in candidates:
+        if taken >= need:
+            break
+        if isinstance(x, Message):
+            if capacity[p] <= 0:
+                continue
+            capacity[p] -= 1
+        picks.setdefault(p, []).append(x)
+        taken += 1
+    return picks

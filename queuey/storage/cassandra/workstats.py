@@ -1,0 +1,166 @@
+"""Queue and subscription counts on Cassandra (``GET /queue/{name}/stats``).
+
+Counts are exact for the instant each partition is read, but the partitions
+and subscriptions are read one after another without a snapshot, so a message
+that changes state during the call may be counted in its old or new state (or
+both): never off by more than the messages that changed meanwhile. The cost is
+a scan of the ids (no bodies) of every live message per queue partition, and
+per subscription of the ids after its positions plus one read per message
+handed out and unfinished; each scan stops at :data:`COUNT_CAP` rows per queue
+partition, beyond which a count is a lower bound.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from queuey.storage import (
+    PartitionStats,
+    QueueMeta,
+    QueueStats,
+    ReadQuery,
+    SubscriptionStats,
+)
+from queuey.storage.cassandra.leases import CLAIMED, FINISHED, LEASED, RELEASED
+from queuey.storage.cassandra.reads import PartitionReader, ReadPlan, hidden
+from queuey.storage.cassandra.session import consistency_profile
+from queuey.storage.cassandra.statements import Connection
+
+if TYPE_CHECKING:
+    from queuey.storage.cassandra.workqueue import WorkQueues
+
+#: Most message ids counted per queue partition and scan.
+COUNT_CAP = 1_000_000
+#: Rows per page while counting.
+COUNT_PAGE = 5000
+
+
+def _reader(
+    work: WorkQueues,
+    c: Connection,
+    queue: QueueMeta,
+    partition: int,
+    priority: int,
+    after,
+    now: int,
+    delayed_too: bool,
+) -> PartitionReader | None:
+    query = ReadQuery(
+        partitions=[partition], now_micros=now, limit=COUNT_PAGE, order="ascending", after_id=after
+    )
+    plan = ReadPlan.make(c, queue, query, work.max_ttl_micros, delayed_too=delayed_too)
+    if plan is None:
+        return None
+    if priority == 0:
+        return PartitionReader(plan, partition, c.st.message_ids)
+    return PartitionReader(plan, partition, c.st.priority_ids, (priority,))
+
+
+def _started(readers: list) -> list:
+    for r in readers:
+        if r is not None:
+            r.start()
+    for r in readers:
+        if r is not None:
+            r.prime()
+    return readers
+
+
+def queue_stats(work: WorkQueues, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
+    parts = list(range(1, queue.partitions + 1))
+    readers = _started([_reader(work, c, queue, p, 0, None, now, False) for p in parts])
+    partitions = []
+    for p, reader in zip(parts, readers, strict=True):
+        count, oldest = 0, None
+        for msg in reader.messages() if reader is not None else ():
+            oldest = msg.timestamp if oldest is None else oldest
+            count += 1
+            if count >= COUNT_CAP:
+                break
+        partitions.append(PartitionStats(p, count, oldest))
+    subs = sorted(
+        row[0]
+        for row in c.session.execute(
+            c.st.list_subscriptions, (queue.incarnation,), timeout=work.timeout
+        )
+    )
+    used = _priorities(work, c, queue, parts)
+    return QueueStats(
+        messages=sum(p.messages for p in partitions),
+        oldest_timestamp=min(
+            (p.oldest_timestamp for p in partitions if p.oldest_timestamp), default=None
+        ),
+        partitions=partitions,
+        subscriptions=[_subscription(work, c, queue, s, parts, used, now) for s in subs],
+    )
+
+
+def _priorities(
+    work: WorkQueues, c: Connection, queue: QueueMeta, parts: list[int]
+) -> dict[int, list[int]]:
+    futures = [
+        c.session.execute_async(
+            c.st.queue_priorities,
+            (queue.incarnation, p),
+            execution_profile=consistency_profile(queue),
+            timeout=work.timeout,
+        )
+        for p in parts
+    ]
+    return {
+        p: [0] + sorted({row[0] for row in f.result()} - {0})
+        for p, f in zip(parts, futures, strict=True)
+    }
+
+
+def _subscription(
+    work: WorkQueues,
+    c: Connection,
+    queue: QueueMeta,
+    sub: str,
+    parts: list[int],
+    used: dict[int, list[int]],
+    now: int,
+) -> SubscriptionStats:
+    states = work.load(c, queue, sub, parts)
+    available = in_flight = delayed = dead = 0
+    oldest: int | None = None
+
+    def seen(ts: int) -> None:
+        nonlocal oldest
+        oldest = ts if oldest is None else min(oldest, ts)
+
+    scans = []
+    for p in parts:
+        state = states[p]
+        dead += state.dead_lettered
+        open_slots = [s for s in state.slots.values() if s.state not in FINISHED]
+        live = work.messages(c, queue, p, open_slots, now) if open_slots else {}
+        for s in open_slots:
+            if s.message_id not in live:
+                continue
+            if s.state in (LEASED, CLAIMED) and s.visible_at > now:
+                in_flight += 1
+            elif s.state == RELEASED and s.visible_at > now:
+                delayed += 1
+            elif s.state != CLAIMED:
+                available += 1
+                seen(s.timestamp)
+        for q in used[p]:
+            after = state.positions.get(q)
+            scans.append((state, q, _reader(work, c, queue, p, q, after, now, True)))
+    _started([r for _, _, r in scans])
+    for state, q, reader in scans:
+        if reader is None:
+            continue
+        for count, msg in enumerate(reader.messages()):
+            if count >= COUNT_CAP:
+                break
+            if (q == 0 and msg.priority > 0) or msg.id in state.by_message:
+                continue
+            if hidden(msg.id, now):
+                delayed += 1
+            else:
+                available += 1
+                seen(msg.timestamp)
+    return SubscriptionStats(sub, available, in_flight, delayed, dead, oldest)
