@@ -22,3 +22,13 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_INT_DIGITS = 1000
 #: Longest ``partition_key``.
 MAX_PARTITION_KEY = 1000
+
+# -- work queues (DESIGN.md, "Work queues") --------------------------------------
+#: Most messages one ``reserve`` leases.
+MAX_RESERVE = 100
+#: Most receipts in one ``ack`` / ``release`` / ``extend``.
+MAX_RECEIPTS = 100
+#: Longest long poll of a ``reserve``, seconds.
+MAX_WAIT = 20
+#: Longest lease (``visibility_timeout``), seconds; the shortest is 1.
+MAX_VISIBILITY_TIMEOUT = 43200

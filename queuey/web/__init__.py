@@ -1,6 +1,8 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
+from queuey.web.longpoll import LongPolls
 from queuey.web.schemas import build_models
+from queuey.workqueue import WorkQueues
 
 ROUTES = [
     # name, pattern, factory
@@ -8,6 +10,12 @@ ROUTES = [
     ("queue", "/queue/{name}", "queuey.web.resources.QueueContext"),
     ("queue_batch", "/queue/{name}/batch", "queuey.web.resources.QueueContext"),
     ("queue_info", "/queue/{name}/info", "queuey.web.resources.QueueContext"),
+    ("queue_reserve", "/queue/{name}/reserve", "queuey.web.resources.QueueContext"),
+    ("queue_ack", "/queue/{name}/ack", "queuey.web.resources.QueueContext"),
+    ("queue_release", "/queue/{name}/release", "queuey.web.resources.QueueContext"),
+    ("queue_extend", "/queue/{name}/extend", "queuey.web.resources.QueueContext"),
+    ("queue_stats", "/queue/{name}/stats", "queuey.web.resources.QueueContext"),
+    ("queue_redrive", "/queue/{name}/redrive", "queuey.web.resources.QueueContext"),
     ("queue_messages", "/queue/{name}/messages/{ids}", "queuey.web.resources.QueueContext"),
     (
         "queue_checkpoints",
@@ -23,11 +31,26 @@ ROUTES = [
 
 
 def includeme(config) -> None:
-    settings = config.registry.queuey_settings
-    config.registry.api_models = build_models(
+    registry = config.registry
+    settings = registry.queuey_settings
+    registry.api_models = build_models(
         settings.max_partitions, settings.max_ttl, settings.default_ttl
     )
     config.add_request_method(lambda request: request.registry.api_models, "models", reify=True)
     for name, pattern, factory in ROUTES:
         config.add_route(name, pattern, factory=factory)
     config.include("queuey.web.metrics")
+    registry.long_polls = LongPolls(
+        settings.reserve_max_waiting,
+        settings.reserve_poll_interval,
+        on_refused=registry.metrics.reserve_wait_refused.inc,
+    )
+    registry.metrics.reserve_waiting.set_function(lambda: registry.long_polls.waiting)
+    registry.workqueues = WorkQueues(
+        registry.storage,
+        registry.clock,
+        max_ttl=settings.max_ttl,
+        read_delay_micros=settings.read_delay_micros,
+        cache=registry.queue_cache,
+        on_available=registry.long_polls.notify,
+    )

@@ -31,14 +31,27 @@ def _new_message(
     request, meta: QueueMeta, body: Any, placement, default_partition: int, prefix: str
 ) -> NewMessage:
     """One message, placed. The schema validated ``placement``; what is left is a
-    body that is not an object and ``partition`` given with ``partition_key``
-    (a rule across two query parameters OpenAPI cannot state)."""
+    body that is not an object, ``partition`` given with ``partition_key`` and a
+    delay longer than the ttl (rules across two parameters OpenAPI cannot state)."""
     settings = request.registry.queuey_settings
     errors = {}
     if placement.partition is not None and placement.partition_key is not None:
         errors[prefix + "partition_key"] = "give either partition or partition_key, not both"
     if not isinstance(body, dict):
         errors[prefix + "body"] = "a message must be a JSON object"
+    # A queue made before the operator lowered queuey.max_ttl keeps its ttl on
+    # record, but no message outlives the limit in force now.
+    ttl = placement.ttl if placement.ttl is not None else min(meta.ttl, settings.max_ttl)
+    if placement.delay is not None:
+        delay = placement.delay
+        if delay > ttl:
+            errors[prefix + "delay"] = f"must be at most the message's ttl ({ttl} s)"
+    else:
+        delay = meta.delay
+        if delay > ttl:
+            errors[prefix + "ttl"] = (
+                f"the queue's delay ({delay} s) is longer than this message's ttl ({ttl} s)"
+            )
     if errors:
         raise InvalidParameters(errors)
     text = jsonio.dumps(body)
@@ -52,10 +65,24 @@ def _new_message(
             partition = partition_for_key(placement.partition_key, meta.partitions)
         else:
             partition = default_partition
-    # A queue made before the operator lowered queuey.max_ttl keeps its ttl on
-    # record, but no message outlives the limit in force now.
-    ttl = placement.ttl if placement.ttl is not None else min(meta.ttl, settings.max_ttl)
-    return NewMessage(body=text, partition=partition, ttl=ttl)
+    return NewMessage(
+        body=text,
+        partition=partition,
+        ttl=ttl,
+        delay=delay,
+        priority=placement.priority or 0,
+        dedup_id=placement.dedup_id,
+        attributes=getattr(placement, "attributes", None) or None,
+    )
+
+
+def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
+    """Store ``messages``, and wake this process's long polls when one is due now."""
+    stored = request.storage.put_messages(meta, messages)
+    request.metrics.messages_posted(len(stored))
+    if any(message.delay == 0 for message in messages):
+        request.registry.long_polls.notify(meta.application, meta.name)
+    return ok(201, messages=[message_ref(m) for m in stored])
 
 
 @view_config(route_name="queue", request_method="POST", permission=Permission.MANAGE)
@@ -65,9 +92,7 @@ def post_message(request):
     body = json_body(request, settings.max_message_size)
     placement = validate(request.models.placement, query(request), meta.partitions)
     message = _new_message(request, meta, body, placement, random_partition(meta.partitions), "")
-    stored = request.storage.put_messages(meta, [message])
-    request.metrics.messages_posted(len(stored))
-    return ok(201, messages=[message_ref(m) for m in stored])
+    return _stored(request, meta, [message])
 
 
 @view_config(route_name="queue_batch", request_method="POST", permission=Permission.MANAGE)
@@ -96,9 +121,7 @@ def post_batch(request):
             errors.update(exc.errors)
     if errors:
         raise InvalidParameters(errors)
-    stored = request.storage.put_messages(meta, messages)
-    request.metrics.messages_posted(len(stored))
-    return ok(201, messages=[message_ref(m) for m in stored])
+    return _stored(request, meta, messages)
 
 
 @view_config(route_name="queue", request_method="GET", permission=Permission.READ)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pyramid.response import Response
 from pyramid.view import view_config
@@ -49,12 +49,48 @@ class Metrics:
         )
         self.posted = Counter("queuey_messages_posted", "Messages accepted", registry=self.registry)
         self.read = Counter("queuey_messages_read", "Messages returned", registry=self.registry)
+        self.reserved = Counter(
+            "queuey_messages_reserved", "Messages leased by reserve", registry=self.registry
+        )
+        self.acked = Counter("queuey_messages_acked", "Leases acked", registry=self.registry)
+        self.released = Counter(
+            "queuey_messages_released", "Leases ended by release", registry=self.registry
+        )
+        self.extended = Counter("queuey_leases_extended", "Leases extended", registry=self.registry)
+        self.dead_lettered = Counter(
+            "queuey_messages_dead_lettered",
+            "Messages moved to a dead-letter queue",
+            registry=self.registry,
+        )
+        self.reserve_waiting = Gauge(
+            "queuey_reserve_waiting", "Reserve calls long-polling now", registry=self.registry
+        )
+        self.reserve_wait_refused = Counter(
+            "queuey_reserve_wait_refused",
+            "Reserve calls answered at once: queuey.reserve.max_waiting were waiting",
+            registry=self.registry,
+        )
 
     def messages_posted(self, count: int) -> None:
         self.posted.inc(count)
 
     def messages_read(self, count: int) -> None:
         self.read.inc(count)
+
+    def messages_reserved(self, count: int) -> None:
+        self.reserved.inc(count)
+
+    def messages_acked(self, count: int) -> None:
+        self.acked.inc(count)
+
+    def messages_released(self, count: int) -> None:
+        self.released.inc(count)
+
+    def leases_extended(self, count: int) -> None:
+        self.extended.inc(count)
+
+    def messages_dead_lettered(self, count: int) -> None:
+        self.dead_lettered.inc(count)
 
 
 def metrics_tween_factory(handler, registry):

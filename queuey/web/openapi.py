@@ -17,9 +17,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from pyramid.view import view_config
 
+from queuey.web.answers import RESPONSE_MODELS
 from queuey.web.health import release
 from queuey.web.responses import json_response
-from queuey.web.schemas import PATH_PARAMS, RESPONSE_MODELS, Models
+from queuey.web.schemas import PATH_PARAMS, Models
 
 #: Queues the description's examples name; the schemathesis test creates them
 #: so generated calls reach real queues.
@@ -158,6 +159,10 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
     message_body = {"required": True, "content": _json({"type": "object"})}
     batch_body = {"required": True, "content": _json(_schema(models.batch, components))}
     checkpoints_body = {"required": True, "content": _json(_schema(models.checkpoints))}
+
+    def receipts_body(model: type[BaseModel]) -> dict[str, Any]:
+        return {"required": True, "content": _json(_schema(model, components))}
+
     keyed = [APP, KEY]
     public = [APP, READ_KEY]
     return {
@@ -211,6 +216,55 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
                 "A queue's metadata",
                 public + _path("name"),
                 _responses(200, "Queue", QUEUE_ERRORS),
+            )
+        },
+        "/queue/{name}/reserve": {
+            "post": _operation(
+                "Lease messages to one consumer of a subscription (long poll with wait); "
+                "the parameters may also come in the query string when there is no body",
+                keyed + _path("name"),
+                _responses(200, "ReservedAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                _form_or_json(models.reserve),
+            )
+        },
+        "/queue/{name}/ack": {
+            "post": _operation(
+                "Finish leased messages: never delivered again in the subscription",
+                keyed + _path("name"),
+                _responses(200, "AckAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                receipts_body(models.ack),
+            )
+        },
+        "/queue/{name}/release": {
+            "post": _operation(
+                "End leases now: available again after delay (or dead-lettered)",
+                keyed + _path("name"),
+                _responses(200, "ReleaseAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                receipts_body(models.release),
+            )
+        },
+        "/queue/{name}/extend": {
+            "post": _operation(
+                "Make leases end visibility_timeout seconds from now",
+                keyed + _path("name"),
+                _responses(200, "ExtendAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                receipts_body(models.extend),
+            )
+        },
+        "/queue/{name}/stats": {
+            "get": _operation(
+                "Message counts per partition and per subscription",
+                keyed + _path("name"),
+                _responses(200, "StatsAnswer", QUEUE_ERRORS),
+            )
+        },
+        "/queue/{name}/redrive": {
+            "post": _operation(
+                "Move dead letters back to the queues they came from, oldest first; "
+                "the parameters may also come in the query string when there is no body",
+                keyed + _path("name"),
+                _responses(200, "RedriveAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                _form_or_json(models.redrive),
             )
         },
         "/queue/{name}/messages/{ids}": {

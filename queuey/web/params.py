@@ -20,9 +20,11 @@ from queuey.errors import ServiceError
 from queuey.web import jsonio
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
+    DEAD_LETTER_PATTERN,
     MESSAGE_REFS_PATTERN,
     PARTITIONS_PATTERN,
     QUEUE_NAME_PATTERN,
+    SUBSCRIPTION_PATTERN,
 )
 
 __all__ = [
@@ -79,7 +81,9 @@ PATTERN_WORDS = {
     CONSUMER_PATTERN: "must be 1 to 100 letters, digits, '_', '.' or '-'",
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
+    DEAD_LETTER_PATTERN: "must be a queue name (1 to 50 letters, digits, '_' or '-') or empty",
 }
+PATTERN_WORDS.setdefault(SUBSCRIPTION_PATTERN, PATTERN_WORDS[QUEUE_NAME_PATTERN])
 
 
 def _message(error: Mapping[str, Any]) -> str:
@@ -101,7 +105,9 @@ def validate(model: type[M], data: Any, partitions: int | None = None) -> M:
     """An instance of ``model``, or :class:`InvalidParameters` naming every bad field.
 
     ``partitions`` is the queue's partition count, for the checks a static
-    schema cannot make (see :mod:`queuey.web.schemas`).
+    schema cannot make (see :mod:`queuey.web.schemas`); rules across fields
+    or against the queue's other settings are the views' (they raise
+    :class:`InvalidParameters` themselves).
     """
     if not isinstance(data, Mapping):
         raise InvalidParameters({"body": "parameters must be a JSON object"})

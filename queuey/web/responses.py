@@ -8,7 +8,7 @@ from typing import Any
 from pyramid.response import Response
 
 from queuey import ids
-from queuey.storage import Message, QueueMeta
+from queuey.storage import Delivery, Message, QueueMeta
 from queuey.web import jsonio
 
 CONTENT_TYPE = "application/json"
@@ -43,17 +43,46 @@ def message_ref(message: Message) -> dict[str, Any]:
     }
 
 
-def messages_response(messages: Iterable[Message]) -> Response:
-    """A read's answer, built as text: bodies are stored JSON and go out as they are."""
-    parts = [
-        '{"message_id":"%s","timestamp":%s,"partition":%d,"body":%s}'
-        % (m.id.hex, timestamp_json(m.timestamp), m.partition, m.body)
-        for m in messages
-    ]
+def _message_text(m: Message, extra: str = "") -> str:
+    """One message as JSON text; ``attributes`` only when it has some, so answers
+    about messages without them read as before work queues existed."""
+    attributes = ',"attributes":%s' % jsonio.dumps(dict(m.attributes)) if m.attributes else ""
+    return '{"message_id":"%s","timestamp":%s,"partition":%d,"body":%s%s%s}' % (
+        m.id.hex,
+        timestamp_json(m.timestamp),
+        m.partition,
+        m.body,
+        attributes,
+        extra,
+    )
+
+
+def _messages_answer(parts: Iterable[str]) -> Response:
     body = '{"status":"ok","messages":[' + ",".join(parts) + "]}"
     return Response(
         body=body.encode("utf-8"), status=200, content_type=CONTENT_TYPE, charset="utf-8"
     )
+
+
+def messages_response(messages: Iterable[Message]) -> Response:
+    """A read's answer, built as text: bodies are stored JSON and go out as they are."""
+    return _messages_answer(_message_text(m) for m in messages)
+
+
+def deliveries_response(deliveries: Iterable[Delivery]) -> Response:
+    """A reserve's answer: each message with its priority, attempt count and receipt."""
+    return _messages_answer(
+        _message_text(
+            d.message,
+            ',"priority":%d,"attempts":%d,"receipt":%s'
+            % (d.message.priority, d.attempts, jsonio.dumps(d.receipt)),
+        )
+        for d in deliveries
+    )
+
+
+def seconds_or_none(micros: int | None) -> float | None:
+    return None if micros is None else ids.micros_to_seconds(micros)
 
 
 def queue_json(meta: QueueMeta) -> dict[str, Any]:
@@ -64,4 +93,8 @@ def queue_json(meta: QueueMeta) -> dict[str, Any]:
         "type": meta.type,
         "ttl": meta.ttl,
         "consistency": meta.consistency,
+        "visibility_timeout": meta.visibility_timeout,
+        "max_attempts": meta.max_attempts,
+        "dead_letter_queue": meta.dead_letter_name,
+        "delay": meta.delay,
     }

@@ -1,4 +1,5 @@
-"""The one definition of what each route accepts and answers (pydantic v2).
+"""The one definition of what each route accepts (pydantic v2); what it
+answers is described in :mod:`queuey.web.answers`.
 
 Views validate with these models and ``/openapi.json`` is assembled from their
 JSON schemas (:mod:`queuey.web.openapi`), so the two cannot drift apart. Limits
@@ -9,8 +10,10 @@ part of the schema, so the models are built once per app from its settings by
 What a static schema cannot say (a partition beyond the queue's own count, a
 queue shrinking) is checked by validators that read the queue's partition
 count from the validation context, so it is named in the same 400 as every
-other bad field. Every value is checked for size and format before it is
-converted.
+other bad field. Rules across fields (a ``delay`` longer than the ``ttl``, a
+queue as its own dead-letter queue) are the views'; their messages are in
+:data:`QUEUE_STATE_MESSAGES`. Every value is checked for size and format
+before it is converted.
 """
 
 from __future__ import annotations
@@ -32,9 +35,21 @@ from pydantic_core import PydanticCustomError
 
 from queuey import ids
 from queuey.coerce import BOOLEAN_WORDS, as_bool
-from queuey.limits import DEFAULT_READ, MAX_PARTITION_KEY, MAX_READ
+from queuey.limits import (
+    DEFAULT_READ,
+    MAX_PARTITION_KEY,
+    MAX_READ,
+    MAX_RECEIPTS,
+    MAX_RESERVE,
+    MAX_VISIBILITY_TIMEOUT,
+    MAX_WAIT,
+)
+from queuey.storage import RECEIPT_PATTERN
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
+#: A queue name, or empty for "the default" (``<name>-dead``).
+DEAD_LETTER_PATTERN = r"^[A-Za-z0-9_-]{0,50}$"
+SUBSCRIPTION_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 CONSUMER_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
 PARTITION_PATTERN = r"[1-9][0-9]{0,2}"
 PARTITIONS_PATTERN = rf"^{PARTITION_PATTERN}(,{PARTITION_PATTERN})*$"
@@ -44,14 +59,34 @@ MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
 
 #: Messages of the errors a static schema cannot foresee: rules about the
-#: queue's current state, and one rule across two query parameters. A fuzzer
-#: that only knows the schema may see these 400s for schema-valid input.
+#: queue's current state, and rules across two parameters. A fuzzer that only
+#: knows the schema may see these 400s for schema-valid input.
 QUEUE_STATE_MESSAGES = (
     r"must be between 1 and \d+, the queue's partitions",
     r"partition \d+ is not between 1 and \d+",
     r"may only grow \(the queue has \d+\)",
     r"give either partition or partition_key, not both",
+    r"must be at most the ttl \(\d+ s\)",
+    r"must be at least the queue's delay \(\d+ s\)",
+    r"must be at most the message's ttl \(\d+ s\)",
+    r"the queue's delay \(\d+ s\) is longer than this message's ttl \(\d+ s\)",
+    r"must not be the queue itself",
+    r"the default dead-letter queue name [A-Za-z0-9_-]+ would be longer than 50 characters; "
+    r"give dead_letter_queue",
 )
+
+#: Work-queue limits of DESIGN.md only this layer needs (the ones the client
+#: shares are in :mod:`queuey.limits`).
+MAX_ATTEMPTS = 1000
+MAX_PRIORITY = 9
+MAX_RELEASE_DELAY = 43200
+MAX_DEDUP_ID = 128
+MAX_ATTRIBUTES = 10
+MAX_ATTRIBUTE_NAME = 128
+MAX_ATTRIBUTE_VALUE = 1024
+#: Longest text taken as a receipt; anything up to it that is not one is
+#: answered ``unknown`` (a receipt is at most 79 characters).
+MAX_RECEIPT_TEXT = 200
 
 QueueType = Literal["public", "private"]
 Consistency = Literal["weak", "strong", "very_strong"]
@@ -118,6 +153,30 @@ def Integer(low: int, high: int, **field: Any) -> Any:  # noqa: N802 - a type fa
     return Annotated[int, Field(ge=low, le=high, **field), BeforeValidator(_integer)]
 
 
+VisibilityTimeout = Integer(1, MAX_VISIBILITY_TIMEOUT, description="seconds a reservation lasts")
+MaxAttempts = Integer(0, MAX_ATTEMPTS, description="deliveries before dead-lettering; 0 never")
+Priority = Integer(0, MAX_PRIORITY)
+DeadLetterQueue = Annotated[str, StringConstraints(pattern=DEAD_LETTER_PATTERN)]
+Subscription = Annotated[
+    str,
+    StringConstraints(pattern=SUBSCRIPTION_PATTERN),
+    Field(description="a named work-queue consumer of the queue"),
+]
+DedupId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DEDUP_ID)]
+Attributes = Annotated[
+    dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
+        Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
+    ],
+    Field(max_length=MAX_ATTRIBUTES),
+]
+ReceiptText = Annotated[
+    str,
+    StringConstraints(max_length=MAX_RECEIPT_TEXT),
+    Field(description=f"a receipt from reserve ({RECEIPT_PATTERN}); others are unknown"),
+]
+
+
 Boolean = Annotated[bool, BeforeValidator(_boolean)]
 QueueName = Annotated[str, StringConstraints(pattern=QUEUE_NAME_PATTERN)]
 MessageId = Annotated[
@@ -155,6 +214,11 @@ class Models:
     read: type[Model]
     delete_queue: type[Model]
     checkpoints: type[Model]
+    reserve: type[Model]
+    ack: type[Model]
+    release: type[Model]
+    extend: type[Model]
+    redrive: type[Model]
 
 
 def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
@@ -162,12 +226,20 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
     Partitions = Integer(1, max_partitions)  # noqa: N806
     Ttl = Integer(1, max_ttl, description="seconds")  # noqa: N806
 
+    Delay = Integer(0, max_ttl, description="seconds before delivery, at most the ttl")  # noqa: N806
+
     class CreateQueue(Model):
         queue_name: QueueName = Field(None, description="default a random 32-hex name")
         partitions: Partitions = 1
         ttl: Ttl = default_ttl
         type: QueueType = "public"
         consistency: Consistency = "strong"
+        visibility_timeout: VisibilityTimeout = 30
+        max_attempts: MaxAttempts = 0
+        dead_letter_queue: DeadLetterQueue = Field(
+            None, description="a queue of the application; default (or empty) <name>-dead"
+        )
+        delay: Delay = 0
 
     class UpdateQueue(Model):
         partitions: Annotated[Partitions, AfterValidator(_only_grows)] = Field(
@@ -176,6 +248,12 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
         ttl: Ttl = None
         type: QueueType = None
         consistency: Consistency = None
+        visibility_timeout: VisibilityTimeout = None
+        max_attempts: MaxAttempts = None
+        dead_letter_queue: DeadLetterQueue = Field(
+            None, description="a queue of the application; empty resets to <name>-dead"
+        )
+        delay: Delay = None
 
     class Placement(Model):
         partition: Annotated[Partitions, AfterValidator(_partition_in_queue)] = Field(
@@ -183,12 +261,16 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
         )
         partition_key: PartitionKey = Field(None, description="hashed to a partition")
         ttl: Ttl = Field(None, description="default the queue's ttl")
+        delay: Delay = Field(None, description="seconds before delivery; default the queue's")
+        priority: Priority = Field(None, description="0-9, higher is reserved first; default 0")
+        dedup_id: DedupId = Field(None, description="a repeat within the dedup window is ignored")
 
     class BatchEntry(Placement):
         model_config = ConfigDict(
             json_schema_extra={"not": {"required": ["partition", "partition_key"]}}
         )
         body: dict[str, Any]
+        attributes: Attributes = Field(None, description="returned on reads")
 
     class Batch(Model):
         messages: list[BatchEntry] = Field(min_length=1)
@@ -202,6 +284,11 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
         read=ReadMessages,
         delete_queue=DeleteQueue,
         checkpoints=Checkpoints,
+        reserve=Reserve,
+        ack=Receipts,
+        release=Release,
+        extend=Extend,
+        redrive=Redrive,
     )
 
 
@@ -220,6 +307,37 @@ class ReadMessages(Model):
         Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
         AfterValidator(_partitions_in_queue),
     ] = Field(None, description="comma list of partitions; default all, merged by time")
+
+
+class Reserve(Model):
+    subscription: Subscription = "default"
+    limit: Integer(1, MAX_RESERVE, description="most messages leased") = 1
+    visibility_timeout: VisibilityTimeout = Field(None, description="default the queue's")
+    wait: Integer(0, MAX_WAIT, description="seconds to long-poll for a message") = 0
+    partitions: Annotated[
+        Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
+        AfterValidator(_partitions_in_queue),
+    ] = Field(None, description="comma list of partitions; default all")
+
+
+class Receipts(Model):
+    subscription: Subscription = "default"
+    receipts: list[ReceiptText] = Field(min_length=1, max_length=MAX_RECEIPTS)
+
+
+class Release(Receipts):
+    delay: Integer(0, MAX_RELEASE_DELAY, description="seconds before redelivery") = 0
+    error: Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)] = Field(
+        None, description="kept as the message's last error"
+    )
+
+
+class Extend(Receipts):
+    visibility_timeout: VisibilityTimeout = Field(description="the leases end this long from now")
+
+
+class Redrive(Model):
+    limit: Integer(1, MAX_READ, description="most dead letters moved") = MAX_READ
 
 
 class DeleteQueue(Model):
@@ -249,81 +367,3 @@ PATH_PARAMS: dict[str, dict[str, Any]] = {
     },
     "consumer": {"type": "string", "pattern": CONSUMER_PATTERN},
 }
-
-
-# -- responses (documentation of what views write) -----------------------------------
-class Ok(Model):
-    status: Literal["ok"]
-
-
-class Error(Model):
-    status: Literal["error"]
-    error_msg: dict[str, str] = Field(description="one entry per bad field or reason")
-
-
-class QueueInfo(Model):
-    queue_name: str
-    partitions: int
-    created: int = Field(description="seconds since the epoch")
-    type: QueueType
-    ttl: int
-    consistency: Consistency
-
-
-class Queue(QueueInfo):
-    status: Literal["ok"]
-
-
-class QueueList(Model):
-    status: Literal["ok"]
-    queues: list[str] | list[QueueInfo]
-
-
-class MessageRef(Model):
-    message_id: MessageId
-    timestamp: float
-    partition: int
-
-
-class Posted(Model):
-    status: Literal["ok"]
-    messages: list[MessageRef]
-
-
-class Message(MessageRef):
-    body: dict[str, Any]
-
-
-class Messages(Model):
-    status: Literal["ok"]
-    messages: list[Message]
-
-
-class CheckpointsAnswer(Model):
-    status: Literal["ok"]
-    checkpoints: dict[str, MessageId]
-
-
-class Heartbeat(Model):
-    status: Literal["ok", "error"]
-    checks: dict[str, Literal["ok", "unavailable"]]
-
-
-class Version(Model):
-    status: Literal["ok"]
-    name: str
-    version: str
-    storage: str
-
-
-RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
-    Ok,
-    Error,
-    Queue,
-    QueueList,
-    Posted,
-    Messages,
-    CheckpointsAnswer,
-    Heartbeat,
-    Version,
-)

@@ -19,3 +19,40 @@ def read(app, queue, status=200, headers=None, **params):
 
 def bodies(response):
     return [m["body"] for m in response.json["messages"]]
+
+
+# -- work queues ---------------------------------------------------------------
+def reserve(app, queue, status=200, **params):
+    return app.post_json(f"/queue/{queue}/reserve", params, headers=app.auth, status=status)
+
+
+def reserved(app, queue, **params):
+    """The messages a reserve answered."""
+    return reserve(app, queue, **params).json["messages"]
+
+
+def receipts_call(app, queue, action, receipts, status=200, **params):
+    return app.post_json(
+        f"/queue/{queue}/{action}",
+        {"receipts": receipts, **params},
+        headers=app.auth,
+        status=status,
+    )
+
+
+def ack(app, queue, receipts, **params):
+    return receipts_call(app, queue, "ack", receipts, **params)
+
+
+def release(app, queue, receipts, **params):
+    return receipts_call(app, queue, "release", receipts, **params)
+
+
+def extend(app, queue, receipts, **params):
+    return receipts_call(app, queue, "extend", receipts, **params)
+
+
+def batch(app, queue, entries, status=201):
+    return app.post_json(
+        f"/queue/{queue}/batch", {"messages": entries}, headers=app.auth, status=status
+    )

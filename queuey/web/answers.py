@@ -1,0 +1,167 @@
+"""What the views answer, as pydantic models: the documentation of responses.
+
+Views write their JSON directly (:mod:`queuey.web.responses`, message bodies
+embedded as stored); these models only describe it, and ``/openapi.json``
+(:mod:`queuey.web.openapi`) takes the response schemas from them. Request
+models are in :mod:`queuey.web.schemas`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from queuey.web.schemas import Consistency, MessageId, Model, QueueType
+
+Failed = dict[str, Literal["expired", "unknown"]]
+
+
+class Ok(Model):
+    status: Literal["ok"]
+
+
+class Error(Model):
+    status: Literal["error"]
+    error_msg: dict[str, str] = Field(description="one entry per bad field or reason")
+
+
+class QueueInfo(Model):
+    queue_name: str
+    partitions: int
+    created: int = Field(description="seconds since the epoch")
+    type: QueueType
+    ttl: int
+    consistency: Consistency
+    visibility_timeout: int
+    max_attempts: int
+    dead_letter_queue: str
+    delay: int
+
+
+class Queue(QueueInfo):
+    status: Literal["ok"]
+
+
+class QueueList(Model):
+    status: Literal["ok"]
+    queues: list[str] | list[QueueInfo]
+
+
+class MessageRef(Model):
+    message_id: MessageId
+    timestamp: float
+    partition: int
+
+
+class Posted(Model):
+    status: Literal["ok"]
+    messages: list[MessageRef]
+
+
+class Message(MessageRef):
+    body: dict[str, Any]
+    attributes: dict[str, str] = Field(None, description="only when the message has some")
+
+
+class Messages(Model):
+    status: Literal["ok"]
+    messages: list[Message]
+
+
+class ReservedMessage(Message):
+    priority: int
+    attempts: int = Field(description="deliveries in this subscription, this one included")
+    receipt: str
+
+
+class ReservedAnswer(Model):
+    status: Literal["ok"]
+    messages: list[ReservedMessage]
+
+
+class AckAnswer(Model):
+    status: Literal["ok"]
+    acked: int
+    failed: Failed
+
+
+class ReleaseAnswer(Model):
+    status: Literal["ok"]
+    released: int
+    dead_lettered: int = Field(description="released messages that went to the dead-letter queue")
+    failed: Failed
+
+
+class ExtendAnswer(Model):
+    status: Literal["ok"]
+    extended: int
+    failed: Failed
+
+
+class PartitionStatsAnswer(Model):
+    partition: int
+    messages: int
+    oldest_timestamp: float | None
+
+
+class SubscriptionStatsAnswer(Model):
+    subscription: str
+    available: int
+    in_flight: int
+    delayed: int
+    dead_lettered: int
+    oldest_available_timestamp: float | None
+
+
+class StatsAnswer(Model):
+    status: Literal["ok"]
+    queue_name: str
+    messages: int
+    oldest_timestamp: float | None
+    partitions: list[PartitionStatsAnswer]
+    subscriptions: list[SubscriptionStatsAnswer]
+
+
+class RedriveAnswer(Model):
+    status: Literal["ok"]
+    moved: int = Field(description="reopened in the subscription they came from")
+    reposted: int = Field(description="posted anew to the source queue (the original was gone)")
+    skipped: int
+    skipped_messages: dict[str, str] = Field(description="dead-letter message id -> why")
+
+
+class CheckpointsAnswer(Model):
+    status: Literal["ok"]
+    checkpoints: dict[str, MessageId]
+
+
+class Heartbeat(Model):
+    status: Literal["ok", "error"]
+    checks: dict[str, Literal["ok", "unavailable"]]
+
+
+class Version(Model):
+    status: Literal["ok"]
+    name: str
+    version: str
+    storage: str
+
+
+RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
+    Ok,
+    Error,
+    Queue,
+    QueueList,
+    Posted,
+    Messages,
+    CheckpointsAnswer,
+    ReservedAnswer,
+    AckAnswer,
+    ReleaseAnswer,
+    ExtendAnswer,
+    StatsAnswer,
+    RedriveAnswer,
+    Heartbeat,
+    Version,
+)

@@ -1,0 +1,118 @@
+"""Long polls of ``reserve``: bounded, and woken by posts on this process.
+
+WSGI cannot park a request without its thread, so each waiting ``reserve``
+holds one of the server's threads. So that waiting calls never starve posts
+and reads, at most ``queuey.reserve.max_waiting`` calls wait at once per
+process; one more answers at once (with what storage has, maybe nothing), and
+the server's ``threads`` leave room above that (see ``development.ini``).
+
+A waiting call sleeps on its queue's signal: a post, a release without delay
+or a redrive through this process wakes it at once; otherwise it asks storage
+again every ``poll_interval`` seconds (delayed messages falling due, posts
+through other API nodes) until its deadline.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class _Signal:
+    """A queue's wake-up: a condition and a counter bumped on every notify, so a
+    notify between a check and the wait is not lost."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.generation = 0
+        self.users = 0
+
+
+class LongPolls:
+    """The long polls of one process, and their bound."""
+
+    def __init__(
+        self,
+        max_waiting: int,
+        poll_interval: float,
+        on_refused: Callable[[], None] = lambda: None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_waiting = max_waiting
+        self.poll_interval = poll_interval
+        self.on_refused = on_refused
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._signals: dict[tuple[str, str], _Signal] = {}
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting right now."""
+        return self._waiting
+
+    def notify(self, application: str, queue: str) -> None:
+        """Wake the calls waiting on ``queue`` (cheap when there are none)."""
+        with self._lock:
+            signal = self._signals.get((application, queue))
+        if signal is not None:
+            with signal.condition:
+                signal.generation += 1
+                signal.condition.notify_all()
+
+    def wait_for(
+        self,
+        application: str,
+        queue: str,
+        attempt: Callable[[], T],
+        found: Callable[[T], bool],
+        wait: float,
+    ) -> T:
+        """``attempt()`` until ``found`` holds for its result or ``wait`` seconds pass.
+
+        Answers the last result. Without a free waiting slot, or with no
+        ``wait``, ``attempt`` runs once.
+        """
+        signal = self._enter((application, queue)) if wait > 0 else None
+        if signal is None:
+            if wait > 0:
+                self.on_refused()
+            return attempt()
+        try:
+            deadline = self.monotonic() + wait
+            while True:
+                seen = signal.generation
+                result = attempt()
+                remaining = deadline - self.monotonic()
+                if found(result) or remaining <= 0:
+                    return result
+                # Jitter spreads the storage checks of many waiters over time.
+                pause = min(self.poll_interval * random.uniform(0.8, 1.0), remaining)
+                with signal.condition:
+                    if signal.generation == seen:
+                        signal.condition.wait(pause)
+        finally:
+            self._leave((application, queue), signal)
+
+    def _enter(self, key: tuple[str, str]) -> _Signal | None:
+        with self._lock:
+            if self._waiting >= self.max_waiting:
+                return None
+            self._waiting += 1
+            signal = self._signals.get(key)
+            if signal is None:
+                signal = self._signals[key] = _Signal()
+            signal.users += 1
+            return signal
+
+    def _leave(self, key: tuple[str, str], signal: _Signal) -> None:
+        with self._lock:
+            self._waiting -= 1
+            signal.users -= 1
+            if signal.users == 0:
+                self._signals.pop(key, None)

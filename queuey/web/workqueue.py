@@ -1,0 +1,140 @@
+"""Work-queue routes: reserve (with long polling), ack, release, extend, stats, redrive.
+
+The views validate and answer; :mod:`queuey.workqueue` does the work (leases
+through storage, dead letters, redrive) and :mod:`queuey.web.longpoll` bounds
+the waiting.
+"""
+
+from __future__ import annotations
+
+from pyramid.view import view_config
+
+from queuey.storage import ReceiptStatus
+from queuey.web.params import form_or_json, json_body, validate
+from queuey.web.responses import deliveries_response, ok, seconds_or_none
+from queuey.web.security import Permission
+from queuey.workqueue import Reservation
+
+
+def _body_limit(request) -> int:
+    return request.registry.queuey_settings.max_message_size
+
+
+def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
+    """How many receipts worked, and why each other one did not."""
+    failed = {receipt: status for receipt, status in statuses.items() if status != "acked"}
+    return len(statuses) - len(failed), failed
+
+
+@view_config(route_name="queue_reserve", request_method="POST", permission=Permission.MANAGE)
+def reserve(request):
+    meta = request.context.meta
+    params = validate(
+        request.models.reserve, form_or_json(request, _body_limit(request)), meta.partitions
+    )
+    partitions = (
+        list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
+    )
+    service = request.registry.workqueues
+    dead_lettered = 0
+
+    def attempt() -> Reservation:
+        nonlocal dead_lettered
+        reservation = service.reserve(
+            meta,
+            params.subscription,
+            limit=params.limit,
+            partitions=partitions,
+            visibility_timeout=params.visibility_timeout,
+        )
+        dead_lettered += reservation.dead_lettered
+        return reservation
+
+    reservation = request.registry.long_polls.wait_for(
+        meta.application,
+        meta.name,
+        attempt,
+        lambda found: bool(found.deliveries),
+        params.wait,
+    )
+    request.metrics.messages_reserved(len(reservation.deliveries))
+    request.metrics.messages_dead_lettered(dead_lettered)
+    return deliveries_response(reservation.deliveries)
+
+
+@view_config(route_name="queue_ack", request_method="POST", permission=Permission.MANAGE)
+def ack(request):
+    meta = request.context.meta
+    params = validate(request.models.ack, json_body(request, _body_limit(request)))
+    statuses = request.registry.workqueues.ack(meta, params.subscription, params.receipts)
+    acked, failed = _outcome(statuses)
+    request.metrics.messages_acked(acked)
+    return ok(acked=acked, failed=failed)
+
+
+@view_config(route_name="queue_release", request_method="POST", permission=Permission.MANAGE)
+def release(request):
+    meta = request.context.meta
+    params = validate(request.models.release, json_body(request, _body_limit(request)))
+    done = request.registry.workqueues.release(
+        meta, params.subscription, params.receipts, delay=params.delay, error=params.error
+    )
+    released, failed = _outcome(done.statuses)
+    request.metrics.messages_released(released)
+    request.metrics.messages_dead_lettered(done.dead_lettered)
+    return ok(released=released, dead_lettered=done.dead_lettered, failed=failed)
+
+
+@view_config(route_name="queue_extend", request_method="POST", permission=Permission.MANAGE)
+def extend(request):
+    meta = request.context.meta
+    params = validate(request.models.extend, json_body(request, _body_limit(request)))
+    statuses = request.registry.workqueues.extend(
+        meta, params.subscription, params.receipts, params.visibility_timeout
+    )
+    extended, failed = _outcome(statuses)
+    request.metrics.leases_extended(extended)
+    return ok(extended=extended, failed=failed)
+
+
+@view_config(route_name="queue_stats", request_method="GET", permission=Permission.MANAGE)
+def stats(request):
+    meta = request.context.meta
+    found = request.registry.workqueues.stats(meta)
+    return ok(
+        queue_name=meta.name,
+        messages=found.messages,
+        oldest_timestamp=seconds_or_none(found.oldest_timestamp),
+        partitions=[
+            {
+                "partition": p.partition,
+                "messages": p.messages,
+                "oldest_timestamp": seconds_or_none(p.oldest_timestamp),
+            }
+            for p in found.partitions
+        ],
+        subscriptions=[
+            {
+                "subscription": s.subscription,
+                "available": s.available,
+                "in_flight": s.in_flight,
+                "delayed": s.delayed,
+                "dead_lettered": s.dead_lettered,
+                "oldest_available_timestamp": seconds_or_none(s.oldest_available_timestamp),
+            }
+            for s in found.subscriptions
+        ],
+    )
+
+
+@view_config(route_name="queue_redrive", request_method="POST", permission=Permission.MANAGE)
+def redrive(request):
+    meta = request.context.meta
+    params = validate(request.models.redrive, form_or_json(request, _body_limit(request)))
+    result = request.registry.workqueues.redrive(meta, params.limit)
+    return ok(
+        moved=result.moved,
+        reposted=result.reposted,
+        skipped=len(result.skipped),
+        skipped_messages=result.skipped,
+    )

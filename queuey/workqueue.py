@@ -1,0 +1,399 @@
+"""The work-queue service: what takes more than one storage call.
+
+Storage leases messages and *claims* the ones due for dead-lettering; this
+layer does what involves a second queue. It posts each claimed message to the
+queue's dead-letter queue (creating that queue when missing) and then acks the
+claim; it moves dead letters back to where they came from (redrive). The web
+views and the command line use it alike; it knows nothing of HTTP.
+
+Every step is safe to repeat after a crash: a dead letter is posted with a
+``dedup_id`` derived from its subscription and message id (a claim that
+lapses and is taken again stores it once within the dedup window), and a
+redrive deletes a dead letter only after its message is back in the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from queuey import ids
+from queuey.clock import Clock
+from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
+from queuey.ids import InvalidId
+from queuey.placement import partition_for_key
+from queuey.storage import (
+    DeadLetter,
+    Delivery,
+    Message,
+    MessageRef,
+    NewMessage,
+    QueueMeta,
+    QueueStats,
+    ReadQuery,
+    ReceiptStatus,
+    Storage,
+)
+
+log = logging.getLogger(__name__)
+
+#: Partitions of a dead-letter queue this service creates: dead letters are
+#: few, and one partition keeps a redrive's "oldest first" a single read.
+DEAD_LETTER_PARTITIONS = 1
+#: Longest ``last_error`` kept on a dead letter (an attribute value's limit).
+MAX_ERROR_TEXT = 1024
+#: The attributes a dead letter carries (DESIGN.md, "Dead letters").
+SOURCE_ATTRIBUTES = (
+    "source_queue",
+    "source_message_id",
+    "source_partition",
+    "source_subscription",
+    "attempts",
+    "last_error",
+)
+
+
+class MetadataCache(Protocol):
+    """What the service needs of a queue-metadata cache (the web layer's ``QueueCache``)."""
+
+    def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta: ...
+
+    def changing(self, application: str, name: str) -> AbstractContextManager[None]: ...
+
+
+class NoCache:
+    """Every lookup goes to storage (the command line)."""
+
+    def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta:
+        return load()
+
+    @contextmanager
+    def changing(self, application: str, name: str) -> Iterator[None]:
+        yield
+
+
+@dataclass(frozen=True)
+class Reservation:
+    deliveries: list[Delivery]
+    #: Messages this call moved to the dead-letter queue.
+    dead_lettered: int
+
+
+@dataclass(frozen=True)
+class Release:
+    statuses: dict[str, ReceiptStatus]
+    #: Released messages that had no attempt left and went to the dead-letter queue.
+    dead_lettered: int
+
+
+@dataclass
+class Redrive:
+    """What a redrive did: ``skipped`` maps a dead letter's id to the reason it stayed."""
+
+    moved: int = 0
+    reposted: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Source:
+    queue: str
+    ref: MessageRef
+    subscription: str
+
+
+def _derived_id(kind: str, *parts: str) -> str:
+    """A ``dedup_id`` the same on every retry and every API node."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:40]
+    return f"{kind}-{digest}"
+
+
+def dead_letter_dedup_id(queue: QueueMeta, subscription: str, message: Message) -> str:
+    return _derived_id("dead", queue.name, queue.incarnation, subscription, message.id.hex)
+
+
+def redrive_dedup_id(source_queue: str, message_id: str) -> str:
+    """One repost per source message, however many subscriptions dead-lettered it."""
+    return _derived_id("redrive", source_queue, message_id)
+
+
+class WorkQueues:
+    """Reserve, ack, release, extend, stats and redrive for one storage.
+
+    ``read_delay_micros`` is the service's read delay: a reservation never
+    records its subscription as past a message younger than that (it could
+    still be in flight). ``on_available(application, queue)`` is called when
+    messages became available at once (a release without delay, a redrive),
+    so long polls on this process can wake.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        *,
+        max_ttl: int,
+        read_delay_micros: int = 0,
+        cache: MetadataCache | None = None,
+        on_available: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.max_ttl = max_ttl
+        self.read_delay_micros = read_delay_micros
+        self.cache: MetadataCache = cache or NoCache()
+        self.on_available = on_available or (lambda application, name: None)
+
+    # -- queues -----------------------------------------------------------------
+    def get_queue(self, application: str, name: str) -> QueueMeta:
+        return self.cache.get(application, name, lambda: self.storage.get_queue(application, name))
+
+    def purge_queue(self, queue: QueueMeta) -> None:
+        with self.cache.changing(queue.application, queue.name):
+            self.storage.purge_queue(queue.application, queue.name)
+
+    def delete_queue(self, queue: QueueMeta) -> None:
+        with self.cache.changing(queue.application, queue.name):
+            self.storage.delete_queue(queue.application, queue.name)
+
+    # -- leases -----------------------------------------------------------------
+    def reserve(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        *,
+        limit: int = 1,
+        partitions: Sequence[int] | None = None,
+        visibility_timeout: int | None = None,
+    ) -> Reservation:
+        """Lease up to ``limit`` messages; dead-letter those out of attempts on the way."""
+        now = self.clock.now_micros()
+        reserved = self.storage.reserve(
+            queue,
+            subscription,
+            partitions=list(partitions or range(1, queue.partitions + 1)),
+            limit=limit,
+            visibility_timeout=visibility_timeout or queue.visibility_timeout,
+            now_micros=now,
+            settled_micros=now - self.read_delay_micros,
+        )
+        dead = self._dead_letter(queue, subscription, reserved.dead_letters)
+        return Reservation(reserved.deliveries, dead)
+
+    def ack(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str]
+    ) -> dict[str, ReceiptStatus]:
+        return self.storage.ack(queue, subscription, receipts, self.clock.now_micros())
+
+    def release(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        receipts: Sequence[str],
+        *,
+        delay: int = 0,
+        error: str | None = None,
+    ) -> Release:
+        """End leases now; a message with no attempt left goes to the dead-letter queue."""
+        statuses, letters = self.storage.release(
+            queue,
+            subscription,
+            receipts,
+            self.clock.now_micros(),
+            delay=delay,
+            error=error[:MAX_ERROR_TEXT] if error else error,
+        )
+        dead = self._dead_letter(queue, subscription, letters)
+        if delay == 0 and len(letters) < sum(s == "acked" for s in statuses.values()):
+            self.on_available(queue.application, queue.name)
+        return Release(statuses, dead)
+
+    def extend(
+        self, queue: QueueMeta, subscription: str, receipts: Sequence[str], visibility_timeout: int
+    ) -> dict[str, ReceiptStatus]:
+        return self.storage.extend(
+            queue, subscription, receipts, self.clock.now_micros(), visibility_timeout
+        )
+
+    def stats(self, queue: QueueMeta) -> QueueStats:
+        return self.storage.stats(queue, self.clock.now_micros())
+
+    # -- dead letters -----------------------------------------------------------
+    def dead_letter_queue(self, queue: QueueMeta) -> QueueMeta:
+        """The queue's dead-letter queue, created when missing.
+
+        A created one has :data:`DEAD_LETTER_PARTITIONS` partition, the longest
+        ttl the service allows (``queuey.max_ttl``: dead letters wait for an
+        operator, so they outlive the messages they came from), and the source
+        queue's type and consistency (a private queue's dead letters stay private).
+        """
+        application, name = queue.application, queue.dead_letter_name
+        try:
+            return self.get_queue(application, name)
+        except QueueNotFound:
+            pass
+        meta = QueueMeta(
+            application=application,
+            name=name,
+            partitions=DEAD_LETTER_PARTITIONS,
+            ttl=self.max_ttl,
+            type=queue.type,
+            consistency=queue.consistency,
+            created=self.clock.now_micros(),
+        )
+        try:
+            with self.cache.changing(application, name):
+                created = self.storage.create_queue(meta)
+        except QueueExists:  # another node or thread made it first
+            return self.storage.get_queue(application, name)
+        log.info("created dead-letter queue %s/%s for %s", application, name, queue.name)
+        return created
+
+    def _dead_letter(
+        self, queue: QueueMeta, subscription: str, letters: Sequence[DeadLetter]
+    ) -> int:
+        """Post ``letters`` to the dead-letter queue, then ack their claims.
+
+        A failure is logged, not raised: the caller's deliveries are still
+        good, and an unacked claim lapses after the queue's visibility timeout
+        and is taken again by a later reserve (the ``dedup_id`` keeps the
+        dead-letter queue from holding the message twice).
+        """
+        if not letters:
+            return 0
+        try:
+            target = self.dead_letter_queue(queue)
+            ttl = min(target.ttl, self.max_ttl)
+            self.storage.put_messages(
+                target,
+                [
+                    NewMessage(
+                        body=letter.message.body,
+                        partition=partition_for_key(letter.message.id.hex, target.partitions),
+                        ttl=ttl,
+                        priority=letter.message.priority,
+                        dedup_id=dead_letter_dedup_id(queue, subscription, letter.message),
+                        attributes={
+                            "source_queue": queue.name,
+                            "source_message_id": letter.message.id.hex,
+                            "source_partition": str(letter.message.partition),
+                            "source_subscription": subscription,
+                            "attempts": str(letter.attempts),
+                            "last_error": (letter.last_error or "")[:MAX_ERROR_TEXT],
+                        },
+                    )
+                    for letter in letters
+                ],
+            )
+            statuses = self.storage.ack(
+                queue, subscription, [letter.claim for letter in letters], self.clock.now_micros()
+            )
+        except StorageUnavailable as exc:
+            log.warning(
+                "dead-lettering %d message(s) of %s/%s failed, retried when the claims lapse: %s",
+                len(letters),
+                queue.application,
+                queue.name,
+                exc,
+            )
+            return 0
+        return sum(status == "acked" for status in statuses.values())
+
+    # -- redrive ----------------------------------------------------------------
+    def redrive(self, dead_queue: QueueMeta, limit: int) -> Redrive:
+        """Move up to ``limit`` dead letters of ``dead_queue`` (oldest first) back.
+
+        Each dead letter's source message is reopened in its source
+        subscription; when that message is gone (expired, deleted, purged),
+        its body is posted anew to the source queue (a new message to every
+        subscription, without delay, with a ``dedup_id`` derived from the
+        source message). Either way the dead letter is then deleted. A dead
+        letter is kept, and named in ``skipped`` with the reason, when it has
+        no source attributes, its source queue is gone, or its source message
+        is live but not finished in the subscription (already redriven, or
+        still being dead-lettered): moving it again could deliver it twice.
+        """
+        now = self.clock.now_micros()
+        letters = self.storage.read_messages(
+            dead_queue,
+            ReadQuery(
+                partitions=list(range(1, dead_queue.partitions + 1)),
+                now_micros=now,
+                limit=limit,
+                order="ascending",
+                until_micros=now - self.read_delay_micros if self.read_delay_micros else None,
+            ),
+        )
+        result = Redrive()
+        done: list[MessageRef] = []
+        try:
+            for letter in letters:
+                outcome = self._redrive_one(dead_queue.application, letter, now)
+                if outcome == "moved":
+                    result.moved += 1
+                elif outcome == "reposted":
+                    result.reposted += 1
+                else:
+                    result.skipped[letter.id.hex] = outcome
+                    continue
+                done.append(MessageRef(letter.partition, letter.id))
+        finally:
+            if done:
+                self.storage.delete_messages(dead_queue, done)
+        return result
+
+    def _redrive_one(self, application: str, letter: Message, now: int) -> str:
+        """``moved``, ``reposted``, or why the dead letter stays."""
+        source = _source_of(letter)
+        if source is None:
+            return "not a dead letter: it has no valid source_* attributes"
+        try:
+            queue = self.get_queue(application, source.queue)
+        except QueueNotFound:
+            return f"the source queue {source.queue} no longer exists"
+        if source.ref.partition <= queue.partitions:
+            if self.storage.reopen(queue, source.subscription, [source.ref], now):
+                self.on_available(application, queue.name)
+                return "moved"
+            if self.storage.get_messages(queue, [source.ref], now):
+                return (
+                    "the source message is not finished in subscription "
+                    f"{source.subscription} (already redriven, or being dead-lettered)"
+                )
+        self.storage.put_messages(
+            queue,
+            [
+                NewMessage(
+                    body=letter.body,
+                    partition=min(source.ref.partition, queue.partitions),
+                    ttl=min(queue.ttl, self.max_ttl),
+                    priority=letter.priority,
+                    dedup_id=redrive_dedup_id(queue.name, source.ref.id.hex),
+                )
+            ],
+        )
+        self.on_available(application, queue.name)
+        return "reposted"
+
+
+def _source_of(letter: Message) -> _Source | None:
+    """Where a dead letter came from, from its attributes (``None`` if they are not valid)."""
+    attributes = letter.attributes or {}
+    queue = attributes.get("source_queue", "")
+    partition = attributes.get("source_partition", "")
+    subscription = attributes.get("source_subscription", "")
+    if not (0 < len(queue) <= 50 and 0 < len(subscription) <= 50):
+        return None
+    if not (partition.isascii() and partition.isdigit() and len(partition) <= 5):
+        return None
+    try:
+        message_id = ids.parse_message_id(attributes.get("source_message_id", ""))
+    except InvalidId:
+        return None
+    if int(partition) < 1:
+        return None
+    return _Source(queue, MessageRef(int(partition), message_id), subscription)
