@@ -8,7 +8,9 @@ with ``kill -9`` never loses a line it wrote.
 
 A report without a ``crash_id`` cannot be processed: :func:`process` raises,
 the worker retries it ``max_attempts`` times, then parks it in the failure
-queue and calls :func:`on_failure`.
+queue and calls :func:`on_failure`. In reserve mode (``reserve_worker.ini``)
+the worker releases it with a backoff instead, and the server dead-letters it
+after the queue's ``max_attempts``.
 
 Settings come from the environment:
 

@@ -8,8 +8,11 @@ through ZooKeeper and keeps each partition's checkpoint there
 (:mod:`~queuey.client.group`, with :mod:`~queuey.client.member`,
 :mod:`~queuey.client.assignment`, :mod:`~queuey.client.lease`,
 :mod:`~queuey.client.checkpoint` and :mod:`~queuey.client.discovery`);
-``Worker`` runs a job over the partitions its member owns
-(:mod:`queuey.client.worker`, ``queuey-worker -c worker.ini``).
+``Worker`` runs a job over the partitions its member owns and
+``ReserveWorker`` over the messages a work-queue subscription leases it
+(:mod:`queuey.client.worker`, ``queuey-worker -c worker.ini``). The work-queue
+calls (``reserve``, ``ack``, ``release``, ``extend``, ``stats``, ``redrive``)
+are in :mod:`~queuey.client.workqueue`.
 """
 
 from queuey.client.assignment import assign
@@ -28,8 +31,18 @@ from queuey.client.errors import (
 from queuey.client.group import ConsumerGroup, GroupStats
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
-from queuey.client.models import OutgoingMessage, PostedMessage, QueueInfo, ReceivedMessage
-from queuey.client.worker import Worker, WorkerConfig, WorkerStats
+from queuey.client.models import (
+    OutgoingMessage,
+    PostedMessage,
+    QueueInfo,
+    QueueStats,
+    ReceiptResult,
+    ReceivedMessage,
+    RedriveResult,
+    ReservedMessage,
+    SubscriptionStats,
+)
+from queuey.client.worker import ReserveStats, ReserveWorker, Worker, WorkerConfig, WorkerStats
 
 __all__ = [
     "BadRequest",
@@ -45,8 +58,15 @@ __all__ = [
     "PostedMessage",
     "QueueDiscovery",
     "QueueInfo",
+    "QueueStats",
+    "ReceiptResult",
+    "RedriveResult",
     "QueueyClient",
     "ReceivedMessage",
+    "ReserveStats",
+    "ReserveWorker",
+    "ReservedMessage",
+    "SubscriptionStats",
     "TooLarge",
     "Unauthorized",
     "Unavailable",

@@ -20,11 +20,12 @@ class ClientError(Exception):
 
     ``outcome_unknown`` is True when the call may have taken effect although
     it failed: it reached the service and no answer came, or a ``5xx`` came
-    (a write that timed out may still have been applied). The client never
-    sends such a ``POST`` again by itself, since that could store a message
-    twice; the caller decides (read back, or post again and accept a
-    duplicate). False when the call certainly did nothing (a ``4xx``, or no
-    node could be reached).
+    (a write that timed out may still have been applied). The client sends
+    such a ``POST`` again by itself only when that cannot store a message twice
+    (every message has a ``dedup_id``); with its retries used up, or for a
+    ``POST`` without one, the caller decides: post again with the same
+    ``dedup_id`` (stored once), read back, or accept a duplicate. False when
+    the call certainly did nothing (a ``4xx``, or no node could be reached).
     """
 
     def __init__(

@@ -8,8 +8,19 @@ when a node cannot be reached at all (nothing was sent), it waits (full
 jitter) and moves on to the next URL, for every method, at most ``retries``
 times per call; it then stays on the node that answered. A node that took a
 call and never answered (it hangs, or died mid-call) is left too: the next
-call starts at the next URL. A ``POST`` that may have reached the service is
-never sent again: its error says ``outcome_unknown``.
+call starts at the next URL.
+
+A ``POST`` that may have reached the service is sent again only when doing so
+cannot store anything twice. Posts qualify when every message carries a
+``dedup_id``: the service stores a second post of the same id once (within
+its ``queuey.dedup_window``, 300 s by default, far longer than the client's
+retries last). With ``auto_dedup`` (the default, whenever ``retries`` > 0) the
+client gives each message posted without one a random id (uuid4 hex), so a
+post answered ``503``, timed out or cut off after sending is repeated, on the
+same node or the next, and stored once. The work-queue calls are safe to
+repeat too (:mod:`queuey.client.workqueue`). Any other ``POST`` (queue
+creation, a post with ``auto_dedup=False`` and no ``dedup_id``) is never sent
+again once it may have arrived: its error says ``outcome_unknown``.
 
 Every error answer becomes a typed :class:`~queuey.client.errors.ClientError`
 carrying the server's ``error_msg`` dict.
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -26,9 +38,9 @@ from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from queuey.client.errors import ClientError, Unavailable, error_for_status
+from queuey.client.answers import decode, never_sent, sent_and_failed
+from queuey.client.errors import Unavailable
 from queuey.client.models import (
     OutgoingMessage,
     PostedMessage,
@@ -37,14 +49,16 @@ from queuey.client.models import (
     given,
     timestamp_param,
 )
+from queuey.client.models import path_segment as _q
 from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, retry_after, retry_wait
+from queuey.client.workqueue import WorkQueueCalls
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
 
 log = logging.getLogger(__name__)
 
 
-class QueueyClient:
+class QueueyClient(WorkQueueCalls):
     """A client of one Queuey application, talking to one or more API nodes.
 
     ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a
@@ -52,6 +66,9 @@ class QueueyClient:
     ``key``: the application key, needed for every method but reads of
     public queues. ``retries``: how many times one call is retried on a node,
     and how many times it fails over (:mod:`queuey.client.retry`).
+    ``auto_dedup``: give every posted message without a ``dedup_id`` a random
+    one, so that posts are retried like reads (see the module doc); with
+    ``False`` a post without a ``dedup_id`` is never sent twice.
     """
 
     def __init__(
@@ -64,6 +81,7 @@ class QueueyClient:
         retries: int = 5,
         backoff: float = 0.1,
         max_backoff: float = 5.0,
+        auto_dedup: bool = True,
     ) -> None:
         if isinstance(urls, str):
             urls = as_list(urls)
@@ -76,6 +94,7 @@ class QueueyClient:
         self.retries = max(0, retries)
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.auto_dedup = auto_dedup
         self._current = 0
         self._sleep = time.sleep
         self.session = requests.Session()
@@ -108,9 +127,15 @@ class QueueyClient:
         partitions: int = 1,
         ttl: int | None = None,
         type: str | None = None,
+        **work_queue: Any,
     ) -> QueueInfo:
-        """Create a queue (``Conflict`` if the name exists)."""
+        """Create a queue (``Conflict`` if the name exists).
+
+        ``work_queue``: ``visibility_timeout``, ``max_attempts``,
+        ``dead_letter_queue``, ``delay`` (DESIGN.md, "Work queues").
+        """
         params = given(partitions=partitions, queue_name=name, ttl=ttl, type=type)
+        params.update(_work_queue_settings(work_queue))
         return QueueInfo.from_json(self._request("POST", "/queue", json=params))
 
     def queue_info(self, name: str) -> QueueInfo:
@@ -141,8 +166,11 @@ class QueueyClient:
         partitions: int | None = None,
         ttl: int | None = None,
         type: str | None = None,
+        **work_queue: Any,
     ) -> QueueInfo:
+        """Change a queue's settings (those given); see :meth:`create_queue`."""
         params = given(partitions=partitions, ttl=ttl, type=type)
+        params.update(_work_queue_settings(work_queue))
         return QueueInfo.from_json(self._request("PUT", f"/queue/{_q(name)}", json=params))
 
     def delete_queue(self, name: str, delete: bool = True) -> None:
@@ -159,10 +187,29 @@ class QueueyClient:
         partition: int | None = None,
         partition_key: str | None = None,
         ttl: int | None = None,
+        delay: int | None = None,
+        priority: int | None = None,
+        dedup_id: str | None = None,
     ) -> PostedMessage:
-        """Add one message (a JSON object) to a queue."""
-        params = given(partition=partition, partition_key=partition_key, ttl=ttl)
-        data = self._request("POST", f"/queue/{_q(name)}", params=params, json=body)
+        """Add one message (a JSON object) to a queue.
+
+        ``delay``: seconds before any reader sees it; ``priority``: 0-9,
+        higher reserved first by work-queue consumers; ``dedup_id``: see the
+        module doc (one is made up when ``auto_dedup`` is on). A second post of
+        the same ``dedup_id`` answers with the first message.
+        """
+        dedup_id = dedup_id or self._new_dedup_id()
+        params = given(
+            partition=partition,
+            partition_key=partition_key,
+            ttl=ttl,
+            delay=delay,
+            priority=priority,
+            dedup_id=dedup_id,
+        )
+        data = self._request(
+            "POST", f"/queue/{_q(name)}", params=params, json=body, repeatable=dedup_id is not None
+        )
         return PostedMessage.from_json(data["messages"][0])
 
     def post_batch(
@@ -170,10 +217,19 @@ class QueueyClient:
     ) -> list[PostedMessage]:
         """Add many messages at once, all or nothing; answers in input order.
 
-        A plain dict is a message body; use :class:`OutgoingMessage` to place it.
+        A plain dict is a message body; use :class:`OutgoingMessage` to place
+        it or give it a delay, priority, ``dedup_id`` or attributes. The batch
+        is repeated after an unknown outcome only if every message has a
+        ``dedup_id`` (made up for those without when ``auto_dedup`` is on).
         """
         entries = [m.to_json() if isinstance(m, OutgoingMessage) else {"body": m} for m in messages]
-        data = self._request("POST", f"/queue/{_q(name)}/batch", json={"messages": entries})
+        for entry in entries:
+            if "dedup_id" not in entry and (made := self._new_dedup_id()):
+                entry["dedup_id"] = made
+        keyed = all("dedup_id" in entry for entry in entries)
+        data = self._request(
+            "POST", f"/queue/{_q(name)}/batch", json={"messages": entries}, repeatable=keyed
+        )
         return [PostedMessage.from_json(m) for m in data["messages"]]
 
     def read(
@@ -254,6 +310,14 @@ class QueueyClient:
 
     # ----------------------------------------------------------- plumbing
 
+    def _new_dedup_id(self) -> str | None:
+        """A fresh ``dedup_id`` when the client may retry posts, else None.
+
+        Without retries nothing is ever sent twice, so the id would only
+        cost the service a dedup record.
+        """
+        return uuid.uuid4().hex if self.auto_dedup and self.retries > 0 else None
+
     def _pause(self, seconds: float) -> None:
         """Wait before a retry or a fail-over.
 
@@ -270,6 +334,7 @@ class QueueyClient:
         params: Mapping[str, Any] | None = None,
         json: Any = None,
         repeatable: bool | None = None,
+        timeout: float | None = None,
     ) -> dict:
         """Send one call, failing over to the next node while none can be reached.
 
@@ -277,10 +342,12 @@ class QueueyClient:
         reached the service; by default, whether its method is idempotent.
         urllib3 repeats those on the same node after a ``503``; after a lost
         answer they go to the next node here. A ``POST`` is repeatable only when
-        it carries an idempotency key (the hook for the ``dedup_id`` of the
-        next release): it is then repeated here, on a ``503`` or a lost answer,
-        at most ``retries`` times in all. Any other ``POST`` is sent again only
-        if it certainly never left; otherwise the error says ``outcome_unknown``.
+        sending it twice has the effect of once (its messages carry a
+        ``dedup_id``, or it is a work-queue call): it is then repeated here, on
+        a ``503`` or a lost answer, at most ``retries`` times in all. Any other
+        ``POST`` is sent again only if it certainly never left; otherwise the
+        error says ``outcome_unknown``. ``timeout``: this call's, when it
+        differs from the client's (a long poll).
         """
         if repeatable is None:
             repeatable = method in IDEMPOTENT
@@ -292,10 +359,10 @@ class QueueyClient:
             asked = None  # the wait the server named (Retry-After)
             try:
                 response = self.session.request(
-                    method, base + path, params=params, json=json, timeout=self.timeout
+                    method, base + path, params=params, json=json, timeout=timeout or self.timeout
                 )
             except (requests.Timeout, requests.ConnectionError) as exc:
-                if _never_sent(exc):
+                if never_sent(exc):
                     if not more:
                         raise Unavailable(
                             f"{method} {path}: cannot connect to {base} ({exc})"
@@ -307,16 +374,16 @@ class QueueyClient:
                     # neither a retry nor the next call waits on it again.
                     self._current += 1
                     if not (repeatable and more):
-                        raise _sent_and_failed(method, path, base, exc, repeatable) from exc
+                        raise sent_and_failed(method, path, base, exc, repeatable) from exc
                     reason = f"{exc.__class__.__name__} from {base}"
             except requests.RequestException as exc:
                 # The answer came but broke off (a truncated body, a bad encoding).
                 if not (repeat_here and more):
-                    raise _sent_and_failed(method, path, base, exc, repeatable) from exc
+                    raise sent_and_failed(method, path, base, exc, repeatable) from exc
                 reason = f"{exc.__class__.__name__} from {base}"
             else:
                 if not (repeat_here and more and response.status_code in RETRY_STATUSES):
-                    return _decode(method, path, response, repeatable)
+                    return decode(method, path, response, repeatable)
                 reason = f"HTTP {response.status_code} from {base}"
                 asked = retry_after(response.headers)
             delay = retry_wait(attempt, self.backoff, self.max_backoff, asked)
@@ -333,82 +400,16 @@ class QueueyClient:
             attempt += 1
 
 
-def _q(segment: str) -> str:
-    return quote(str(segment), safe="")
+#: Queue settings of work queues that ``create_queue`` / ``update_queue`` pass on.
+WORK_QUEUE_SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "delay")
+
+
+def _work_queue_settings(given_settings: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(given_settings) - set(WORK_QUEUE_SETTINGS)
+    if unknown:
+        raise TypeError(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
+    return {k: v for k, v in given_settings.items() if v is not None}
 
 
 def _refs(refs: Sequence[str]) -> str:
     return ",".join(quote(str(r), safe=":") for r in refs)
-
-
-def _never_sent(exc: requests.RequestException) -> bool:
-    """True if the connection failed before any byte of the request was sent."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    seen = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, NewConnectionError | ConnectTimeoutError | ConnectionRefusedError):
-            return True
-        nxt = getattr(cause, "reason", None)
-        if nxt is None and cause.args and isinstance(cause.args[0], BaseException):
-            nxt = cause.args[0]
-        cause = nxt if isinstance(nxt, BaseException) else cause.__cause__
-    return False
-
-
-def _sent_and_failed(
-    method: str, path: str, base: str, exc: requests.RequestException, repeatable: bool
-) -> Unavailable:
-    """The error for a call whose answer never came after it was (maybe) sent."""
-    if not repeatable:
-        return Unavailable(
-            f"{method} {path}: {exc.__class__.__name__} after the request was "
-            "sent; not retried since it may have taken effect",
-            outcome_unknown=True,
-        )
-    return Unavailable(
-        f"{method} {path}: {exc.__class__.__name__} from {base} ({exc})", outcome_unknown=True
-    )
-
-
-def _decode(method: str, path: str, response: requests.Response, repeatable: bool) -> dict:
-    if response.status_code >= 400:
-        raise _error(method, path, response, repeatable)
-    try:
-        data = response.json()
-    except ValueError as exc:
-        raise ClientError(
-            f"{method} {path}: answer is not JSON (HTTP {response.status_code})",
-            status=response.status_code,
-            outcome_unknown=True,
-        ) from exc
-    if not isinstance(data, dict) or data.get("status") != "ok":
-        raise ClientError(
-            f"{method} {path}: unexpected answer {str(data)[:200]!r}",
-            status=response.status_code,
-            outcome_unknown=True,
-        )
-    return data
-
-
-def _error(method: str, path: str, response: requests.Response, repeatable: bool) -> ClientError:
-    """The typed error of an error answer; a ``5xx`` leaves the outcome unknown."""
-    error_msg: dict[str, str] = {}
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("error_msg"), dict):
-        error_msg = {str(k): str(v) for k, v in data["error_msg"].items()}
-    cls = error_for_status(response.status_code)
-    detail = "; ".join(f"{k}: {v}" for k, v in error_msg.items()) or response.reason
-    unknown = response.status_code >= 500
-    note = "; not retried since it may have taken effect" if unknown and not repeatable else ""
-    return cls(
-        f"{method} {path}: HTTP {response.status_code}: {detail}{note}",
-        status=response.status_code,
-        error_msg=error_msg,
-        outcome_unknown=unknown,
-    )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 
 def given(**values: Any) -> dict[str, Any]:
@@ -19,13 +20,20 @@ def given(**values: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class QueueInfo:
-    """A queue's metadata. ``created`` is seconds since the epoch."""
+    """A queue's metadata. ``created`` is seconds since the epoch.
+
+    The work-queue settings are ``None`` when the service did not say them.
+    """
 
     name: str
     partitions: int
     created: float
     type: str
     ttl: int
+    visibility_timeout: int | None = None
+    max_attempts: int | None = None
+    dead_letter_queue: str | None = None
+    delay: int | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QueueInfo:
@@ -35,6 +43,10 @@ class QueueInfo:
             created=data.get("created", 0),
             type=data.get("type", "public"),
             ttl=data.get("ttl"),
+            visibility_timeout=data.get("visibility_timeout"),
+            max_attempts=data.get("max_attempts"),
+            dead_letter_queue=data.get("dead_letter_queue"),
+            delay=data.get("delay"),
         )
 
 
@@ -53,37 +65,70 @@ class PostedMessage:
 
 @dataclass(frozen=True)
 class OutgoingMessage:
-    """A message for :meth:`QueueyClient.post_batch`."""
+    """A message for :meth:`QueueyClient.post_batch`.
+
+    ``delay``: seconds before any reader sees it; ``priority``: 0-9, higher
+    reserved first; ``dedup_id``: a second post of the same id to the queue
+    within the service's dedup window stores nothing (the client sets one
+    itself when it may retry, see :class:`QueueyClient`); ``attributes``:
+    string keys to string values, returned on reads.
+    """
 
     body: dict
     partition: int | None = None
     partition_key: str | None = None
     ttl: int | None = None
+    delay: int | None = None
+    priority: int | None = None
+    dedup_id: str | None = None
+    attributes: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "body": self.body,
-            **given(partition=self.partition, partition_key=self.partition_key, ttl=self.ttl),
+            **given(
+                partition=self.partition,
+                partition_key=self.partition_key,
+                ttl=self.ttl,
+                delay=self.delay,
+                priority=self.priority,
+                dedup_id=self.dedup_id,
+                attributes=None if self.attributes is None else dict(self.attributes),
+            ),
         }
 
 
 @dataclass(frozen=True)
 class ReceivedMessage:
-    """A message as read from a queue."""
+    """A message as read from a queue; ``attributes`` is None when it has none."""
 
     message_id: str
     timestamp: float
     partition: int
     body: dict
+    priority: int = 0
+    attributes: dict[str, str] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReceivedMessage:
-        return cls(data["message_id"], data["timestamp"], int(data["partition"]), data["body"])
+        return cls(
+            data["message_id"],
+            data["timestamp"],
+            int(data["partition"]),
+            data["body"],
+            int(data.get("priority") or 0),
+            data.get("attributes") or None,
+        )
 
     @property
     def ref(self) -> str:
         """``partition:message_id``, as :meth:`QueueyClient.get_messages` takes it."""
         return f"{self.partition}:{self.message_id}"
+
+
+def path_segment(value: str) -> str:
+    """``value`` quoted to be one segment of a URL path (a queue or consumer name)."""
+    return quote(str(value), safe="")
 
 
 def timestamp_param(value: float | int | str | Decimal) -> str:
@@ -95,3 +140,122 @@ def timestamp_param(value: float | int | str | Decimal) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+@dataclass(frozen=True)
+class ReservedMessage(ReceivedMessage):
+    """A message leased to this consumer by :meth:`QueueyClient.reserve`.
+
+    ``attempts`` counts its deliveries in the subscription, this one included;
+    ``receipt`` names this lease for ``ack`` / ``release`` / ``extend``. A job
+    written for :class:`ReceivedMessage` takes one as well.
+    """
+
+    attempts: int = 1
+    receipt: str = ""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReservedMessage:
+        return cls(
+            data["message_id"],
+            data["timestamp"],
+            int(data["partition"]),
+            data["body"],
+            int(data.get("priority") or 0),
+            data.get("attributes") or None,
+            int(data["attempts"]),
+            str(data["receipt"]),
+        )
+
+
+@dataclass(frozen=True)
+class ReceiptResult:
+    """The answer of ``ack`` / ``release`` / ``extend``.
+
+    ``done``: how many receipts took effect; ``failed``: the others, each
+    ``"expired"`` (the message was reserved again, released or dead-lettered
+    since) or ``"unknown"`` (a receipt the subscription never gave out).
+    """
+
+    done: int
+    failed: dict[str, str]
+    dead_lettered: int = 0  # of a release: messages that went to the dead-letter queue
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    """What ``redrive`` did: ``moved`` back into their subscription, ``reposted``
+    to the source queue (the original was gone) or ``skipped`` (dead-letter
+    message id -> why; those stay in the dead-letter queue)."""
+
+    moved: int
+    reposted: int
+    skipped: dict[str, str]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RedriveResult:
+        skipped = {str(k): str(v) for k, v in (data.get("skipped_messages") or {}).items()}
+        return cls(int(data.get("moved") or 0), int(data.get("reposted") or 0), skipped)
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """One subscription's counts (approximate, see the service docs)."""
+
+    subscription: str
+    available: int
+    in_flight: int
+    delayed: int
+    dead_lettered: int
+    oldest_available_timestamp: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionStats:
+        return cls(
+            str(data["subscription"]),
+            int(data["available"]),
+            int(data["in_flight"]),
+            int(data["delayed"]),
+            int(data["dead_lettered"]),
+            data.get("oldest_available_timestamp"),
+        )
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    partition: int
+    messages: int
+    oldest_timestamp: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PartitionStats:
+        return cls(int(data["partition"]), int(data["messages"]), data.get("oldest_timestamp"))
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """``GET /queue/{name}/stats``: message counts per partition and per subscription."""
+
+    name: str
+    messages: int
+    oldest_timestamp: float | None
+    partitions: list[PartitionStats]
+    subscriptions: list[SubscriptionStats]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueueStats:
+        return cls(
+            str(data["queue_name"]),
+            int(data["messages"]),
+            data.get("oldest_timestamp"),
+            [PartitionStats.from_json(p) for p in data.get("partitions") or []],
+            [SubscriptionStats.from_json(s) for s in data.get("subscriptions") or []],
+        )
+
+    def subscription(self, name: str = "default") -> SubscriptionStats | None:
+        """The counts of subscription ``name``; None if it was never used."""
+        return next((s for s in self.subscriptions if s.subscription == name), None)

@@ -13,14 +13,16 @@ that cannot change its effect:
   connection was made (a read timeout, a dropped connection) is not retried
   on that node (``read=0``): the client sends the call to the next node, so a
   hung node costs one timeout, not ``retries`` of them.
-* ``POST`` is never retried once it may have reached the service: not after a
-  read timeout, not after a reset, not after any answer, ``503`` included. A
-  ``503`` may come after the write was applied (a Cassandra write timeout is
-  not a failure to write), so posting again could store the message twice.
-  The error surfaces with ``outcome_unknown=True``
-  (:class:`~queuey.client.errors.ClientError`). A ``POST`` carrying an
-  idempotency key is the exception: the client repeats it itself
-  (``repeatable=True`` in :meth:`queuey.client.http.QueueyClient._request`).
+* ``POST`` is never retried here once it may have reached the service: not
+  after a read timeout, not after a reset, not after any answer, ``503``
+  included. A ``503`` may come after the write was applied (a Cassandra write
+  timeout is not a failure to write), so posting again could store the
+  message twice. A ``POST`` that is safe to repeat (its messages carry a
+  ``dedup_id``, which the client adds by default, or a work-queue call) is
+  repeated by the client itself (``repeatable=True`` in
+  :meth:`queuey.client.http.QueueyClient._request`), with the same waits;
+  any other surfaces with ``outcome_unknown=True``
+  (:class:`~queuey.client.errors.ClientError`).
 * A connection that could not be made (refused, connect timeout, a name that
   does not resolve: nothing was sent) is not retried here (``connect=0``) but
   surfaces at once, and the client fails over to the next node, for every

@@ -26,9 +26,11 @@ from queuey.client import (
     OutgoingMessage,
     QueueyClient,
     ReceivedMessage,
+    ReserveWorker,
     Worker,
     WorkerConfig,
 )
+from tests.client.scripted import ScriptedServer
 from tests.support import LiveServer, start_live_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +78,13 @@ def client(live_server) -> Iterator[QueueyClient]:
         live_server.url, live_server.application, live_server.key, retries=2, backoff=0.05
     ) as c:
         yield c
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
+    yield server
+    server.close()
 
 
 @pytest.fixture
@@ -184,6 +193,70 @@ def make_worker(live_server, zookeeper_chroot) -> Iterator[Callable[..., Running
         handle.worker.client.close()
 
 
+def reserve_settings(live_server, queues: str, **worker) -> dict[str, dict[str, str]]:
+    """A reserve-mode worker's ini sections (no ZooKeeper); ``urls`` may name
+    several API nodes (the first is the server given)."""
+    section = {
+        "mode": "reserve",
+        "queues": queues,
+        "job": "examples.crash_worker:process",
+        "batch_size": "10",
+        "wait": "1",
+        "idle_backoff": "0.05",
+        "idle_max_backoff": "0.3",
+        "retry_backoff": "0",
+        "retry_max_backoff": "0",
+    }
+    urls = worker.pop("urls", live_server.url)
+    section.update({k: str(v) for k, v in worker.items()})
+    return {
+        "queuey": {
+            "urls": urls,
+            "application": live_server.application,
+            "key": live_server.key,
+            "retries": "3",
+        },
+        "worker": section,
+    }
+
+
+class RunningReserveWorker:
+    """A :class:`ReserveWorker` on a thread of this process."""
+
+    def __init__(self, worker: ReserveWorker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run, name=f"run-{worker.name}")
+
+    def start(self) -> RunningReserveWorker:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.worker.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "worker did not stop"
+
+
+@pytest.fixture
+def make_reserve_worker(live_server) -> Iterator[Callable[..., RunningReserveWorker]]:
+    """In-process reserve-mode workers: ``make_reserve_worker(name, job, queues="q", **ini)``."""
+    running: list[RunningReserveWorker] = []
+
+    def make(
+        name: str, job, queues: str = "q", context=None, server=None, **settings
+    ) -> RunningReserveWorker:
+        sections = reserve_settings(server or live_server, queues, **settings)
+        config = WorkerConfig.from_mapping(sections, environ={})
+        handle = RunningReserveWorker(ReserveWorker(config, job=job, context=context, name=name))
+        running.append(handle.start())
+        return handle
+
+    yield make
+    for handle in running:
+        if handle.thread.is_alive():
+            handle.stop()
+
+
 class WorkerProcess:
     """``queuey-worker`` as a real process, writing processed crashes to ``output``."""
 
@@ -220,14 +293,18 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture
-def make_worker_process(live_server, zookeeper_chroot, tmp_path):
-    """Start ``queuey-worker`` processes running examples.crash_worker; killed at the end."""
+def worker_processes(
+    tmp_path: Path, sections_for: Callable[..., dict[str, dict[str, str]]]
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``queuey-worker`` processes running examples.crash_worker; killed at the end.
+
+    ``sections_for(queues, **settings)`` gives the ini sections of one worker.
+    """
     procs: list[WorkerProcess] = []
     output = tmp_path / "processed.jsonl"
 
     def make(name: str, queues: str = "q", delay: float = 0.0, **settings) -> WorkerProcess:
-        sections = worker_settings(live_server, zookeeper_chroot, queues, **settings)
+        sections = sections_for(queues, **settings)
         sections["worker"].setdefault("context", "examples.crash_worker:batch_context")
         sections["worker"]["pythonpath"] = str(REPO)
         ini = tmp_path / f"{name}.ini"
@@ -247,6 +324,25 @@ def make_worker_process(live_server, zookeeper_chroot, tmp_path):
             proc.kill()
         with contextlib.suppress(Exception):
             proc._log.close()
+
+
+@pytest.fixture
+def make_worker_process(live_server, zookeeper_chroot, tmp_path):
+    """Start partition-mode ``queuey-worker`` processes (see :func:`worker_processes`)."""
+    yield from worker_processes(
+        tmp_path,
+        lambda queues, **settings: worker_settings(
+            live_server, zookeeper_chroot, queues, **settings
+        ),
+    )
+
+
+@pytest.fixture
+def make_reserve_worker_process(live_server, tmp_path):
+    """Start reserve-mode ``queuey-worker`` processes (no ZooKeeper)."""
+    yield from worker_processes(
+        tmp_path, lambda queues, **settings: reserve_settings(live_server, queues, **settings)
+    )
 
 
 def read_processed(path: Path) -> list[dict]:
@@ -287,29 +383,38 @@ class FaultInjector:
     ``fail(method, path_part, after=...)``: requests of ``method`` whose path
     contains ``path_part`` get a 503 with ``Retry-After: 0``; with
     ``after=True`` the real app handles the request first (it is stored, and
-    only the answer is lost, as when a write timed out yet was applied).
-    ``hits`` counts the requests answered 503; ``heal()`` stops failing.
+    only the answer is lost, as when a write timed out yet was applied);
+    ``times``: fail only that many requests, then heal. ``hits`` counts the
+    requests answered 503; ``heal()`` stops failing.
     """
 
     def __init__(self, app) -> None:
         self.app = app
         self.rule: tuple[str, str, bool] | None = None
         self.hits = 0
+        self.limit: int | None = None
         self.lock = threading.Lock()
 
-    def fail(self, method: str, path_part: str, after: bool = False) -> None:
-        self.rule = (method, path_part, after)
+    def fail(self, method: str, path_part: str, after: bool = False, times: int | None = None):
+        with self.lock:
+            self.rule = (method, path_part, after)
+            self.limit = None if times is None else self.hits + times
 
     def heal(self) -> None:
         self.rule = None
 
     def __call__(self, environ, start_response):
-        rule = self.rule
-        if (
-            rule is None
-            or environ["REQUEST_METHOD"] != rule[0]
-            or rule[1] not in environ.get("PATH_INFO", "")
-        ):
+        with self.lock:
+            rule = self.rule
+            matches = (
+                rule is not None
+                and environ["REQUEST_METHOD"] == rule[0]
+                and rule[1] in environ.get("PATH_INFO", "")
+                and (self.limit is None or self.hits < self.limit)
+            )
+            if matches:
+                self.hits += 1
+        if not matches:
             return self.app(environ, start_response)
         if rule[2]:
             answer = self.app(environ, lambda *args, **kwargs: None)
@@ -319,8 +424,6 @@ class FaultInjector:
             finally:
                 if hasattr(answer, "close"):
                     answer.close()
-        with self.lock:
-            self.hits += 1
         body = json.dumps({"status": "error", "error_msg": {"storage": "injected"}}).encode()
         start_response(
             "503 Service Unavailable",

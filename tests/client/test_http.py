@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -22,95 +19,7 @@ from queuey.client import (
     Unauthorized,
     Unavailable,
 )
-from tests.support import free_port
-
-# --------------------------------------------------------------- a scripted server
-
-
-class ScriptedServer:
-    """An in-process fake HTTP server answering from a script (for retry logic only).
-
-    Each scripted answer is ``(status, body, headers, delay)``; requests beyond
-    the script get 200 ``{"status": "ok"}``. Every request is recorded.
-    """
-
-    def __init__(self) -> None:
-        self.script: list[tuple[int, dict, dict, float]] = []
-        self.requests: list[tuple[str, str, bytes]] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                with outer.lock:
-                    outer.requests.append((self.command, self.path, body))
-                    step = outer.script.pop(0) if outer.script else (200, {"status": "ok"}, {}, 0)
-                status, payload, headers, delay = step
-                if delay:
-                    time.sleep(delay)
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for k, v in headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass
-
-            do_GET = do_POST = do_PUT = do_DELETE = _answer
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def answer(self, status: int, payload: dict, headers=None, delay: float = 0.0):
-        self.script.append((status, payload, headers or {}, delay))
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def scripted() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    yield server
-    server.close()
-
-
-def refused_url() -> str:
-    """A loopback URL nothing listens on (connection refused)."""
-    return f"http://127.0.0.1:{free_port()}"
-
-
-def make_client(urls, **kwargs) -> QueueyClient:
-    kwargs.setdefault("backoff", 0.01)
-    kwargs.setdefault("max_backoff", 0.05)
-    client = QueueyClient(urls, "app", "key", **kwargs)
-    client.sleeps = []
-    real_sleep = client._sleep
-
-    def sleep(seconds: float) -> None:
-        client.sleeps.append(seconds)
-        real_sleep(min(seconds, 0.05))
-
-    client._sleep = sleep
-    return client
-
+from tests.client.scripted import ScriptedServer, make_client, refused_url
 
 UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
 POSTED = {
@@ -133,13 +42,68 @@ def test_503_is_retried_honouring_retry_after_up_to_max_backoff(scripted):
     assert len(scripted.requests) == 3
 
 
+def sent_dedup_ids(scripted: ScriptedServer) -> list[list[str | None]]:
+    """The ``dedup_id`` of each message of each recorded request, in order."""
+    found = []
+    for _, path, body in scripted.requests:
+        if "/batch" in path:
+            found.append([m.get("dedup_id") for m in json.loads(body)["messages"]])
+        else:
+            query = parse_qs(urlsplit(path).query)
+            found.append([query.get("dedup_id", [None])[0]])
+    return found
+
+
 @pytest.mark.unit
-@pytest.mark.parametrize("method", ["post", "post_batch", "create_queue"])
-def test_a_post_answered_503_is_sent_once_and_its_outcome_is_unknown(scripted, method):
-    """A 503 may come after the write was applied: posting again could store it twice."""
+@pytest.mark.parametrize("method", ["post", "post_batch"])
+def test_a_post_answered_503_is_sent_again_with_the_same_dedup_ids(scripted, method):
+    """A 503 may come after the write was applied: the repeat carries the same
+    ``dedup_id``, so the service stores the message once either way."""
     scripted.answer(503, UNAVAILABLE, {"Retry-After": "0"})
     scripted.answer(201, POSTED)
     client = make_client(scripted.url, retries=3)
+    if method == "post":
+        assert client.post("q", {"a": 1}).message_id == "a" * 32
+    else:
+        client.post_batch("q", [{"a": 1}, OutgoingMessage({"b": 2}, dedup_id="mine")])
+    first, second = sent_dedup_ids(scripted)
+    assert first == second and all(first), "the repeat is the same post"
+    assert all(len(d) == 32 for d in first if d != "mine")
+    if method == "post_batch":
+        assert first[1] == "mine", "a caller's dedup_id is kept"
+    assert client.sleeps == [0]
+
+
+@pytest.mark.unit
+def test_a_post_that_timed_out_goes_to_the_next_node_with_the_same_dedup_id(scripted):
+    other = ScriptedServer()
+    try:
+        scripted.answer(201, POSTED, delay=0.5)
+        other.answer(201, POSTED)
+        client = make_client([scripted.url, other.url], timeout=0.1)
+        assert client.post("q", {"a": 1}).partition == 1
+        assert sent_dedup_ids(scripted) == sent_dedup_ids(other)
+    finally:
+        other.close()
+
+
+@pytest.mark.unit
+def test_no_dedup_id_is_made_up_when_the_client_never_retries(scripted):
+    scripted.answer(201, POSTED)
+    make_client(scripted.url, retries=0).post("q", {"a": 1})
+    assert sent_dedup_ids(scripted) == [[None]]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("method", ["post", "post_batch", "create_queue"])
+def test_a_post_without_dedup_id_answered_503_is_sent_once_and_its_outcome_is_unknown(
+    scripted, method
+):
+    """With ``auto_dedup=False`` (or for a queue creation) a 503 may come after
+    the write was applied: posting again could store it twice."""
+    scripted.answer(503, UNAVAILABLE, {"Retry-After": "0"})
+    scripted.answer(201, POSTED)
+    client = make_client(scripted.url, retries=3, auto_dedup=False)
     call = {
         "post": lambda: client.post("q", {"a": 1}),
         "post_batch": lambda: client.post_batch("q", [{"a": 1}]),
@@ -215,9 +179,9 @@ def test_no_node_reachable_raises_unavailable():
 
 
 @pytest.mark.unit
-def test_a_post_that_timed_out_is_not_retried(scripted):
+def test_a_post_without_dedup_id_that_timed_out_is_not_retried(scripted):
     scripted.answer(201, POSTED, delay=0.5)
-    client = make_client(scripted.url, timeout=0.1)
+    client = make_client(scripted.url, timeout=0.1, auto_dedup=False)
     with pytest.raises(Unavailable, match="not retried") as info:
         client.post("q", {"a": 1})
     assert len(scripted.requests) == 1
@@ -266,7 +230,8 @@ def test_headers_and_parameters_on_the_wire(scripted):
 
 def test_queue_lifecycle(client):
     info = client.create_queue("lifecycle", partitions=3, ttl=600)
-    assert info == QueueInfo("lifecycle", 3, info.created, "public", 600)
+    work_queue = (30, 0, "lifecycle-dead", 0)  # visibility timeout, attempts, dead letters, delay
+    assert info == QueueInfo("lifecycle", 3, info.created, "public", 600, *work_queue)
     assert info.created > 1_600_000_000
     assert client.queue_info("lifecycle").partitions == 3
     with pytest.raises(Conflict):
@@ -371,16 +336,18 @@ class TruncatingServer(ScriptedServer):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("method", ["read", "post"])
+@pytest.mark.parametrize("method", ["read", "post", "post without dedup_id"])
 def test_an_answer_that_breaks_off_is_a_client_error_with_an_unknown_outcome(method):
     server = TruncatingServer()
     try:
-        client = make_client(server.url, retries=1)
+        client = make_client(server.url, retries=1, auto_dedup=method != "post without dedup_id")
         call = client.read if method == "read" else lambda q: client.post(q, {"a": 1})
         with pytest.raises(Unavailable) as info:
             call("q")
         assert info.value.outcome_unknown is True
         if method == "post":
-            assert len(server.requests) == 1, "a post is sent once"
+            assert len(server.requests) == 2, "a post with a dedup_id is sent again"
+        if method == "post without dedup_id":
+            assert len(server.requests) == 1, "a post without one is sent once"
     finally:
         server.close()

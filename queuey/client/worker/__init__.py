@@ -9,6 +9,9 @@ flight on each partition.
 
 * :mod:`~queuey.client.worker.config`: the settings (ini file and environment);
 * :mod:`~queuey.client.worker.loop`: the :class:`Worker` and its batches;
+* :mod:`~queuey.client.worker.reserve`: :class:`ReserveWorker`, the competing-consumers
+  mode (``mode = reserve``: work-queue subscriptions, no ZooKeeper), with its
+  lease keeper (:mod:`~queuey.client.worker.keeper`);
 * :mod:`~queuey.client.worker.failures`: failure queues for messages that keep failing;
 * :mod:`~queuey.client.worker.cli`: the ``queuey-worker`` command and its signals.
 """
@@ -17,5 +20,15 @@ from queuey.client.worker.cli import main
 from queuey.client.worker.config import WorkerConfig, load_callable
 from queuey.client.worker.failures import FailureQueues
 from queuey.client.worker.loop import Worker, WorkerStats
+from queuey.client.worker.reserve import ReserveStats, ReserveWorker
 
-__all__ = ["FailureQueues", "Worker", "WorkerConfig", "WorkerStats", "load_callable", "main"]
+__all__ = [
+    "FailureQueues",
+    "ReserveStats",
+    "ReserveWorker",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStats",
+    "load_callable",
+    "main",
+]

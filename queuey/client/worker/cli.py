@@ -1,7 +1,9 @@
 """``queuey-worker -c worker.ini``: run a worker until SIGTERM or SIGINT.
 
 SIGTERM or SIGINT finishes the current batch, commits, releases every
-partition, leaves the group and exits 0; a second one exits at once (1).
+partition, leaves the group and exits 0; a second one exits at once (1). In
+reserve mode (``mode = reserve``) it finishes the job in hand, acks what
+succeeded, releases the messages not started and exits 0.
 A bad configuration exits 2, naming the key; a crash of the worker exits 1.
 """
 
@@ -16,11 +18,15 @@ from collections.abc import Sequence
 
 from queuey.client.worker.config import WorkerConfig
 from queuey.client.worker.loop import Worker
+from queuey.client.worker.reserve import ReserveWorker
 from queuey.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-DESCRIPTION = "The worker: consume the partitions a consumer group gives this member."
+DESCRIPTION = (
+    "The worker: consume the partitions a consumer group gives this member "
+    "(mode = partitions) or the messages a work-queue subscription leases it (mode = reserve)."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = WorkerConfig.from_ini(args.config)
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
-        worker = Worker(config, member_id=args.member_id)
+        worker: Worker | ReserveWorker
+        if config.mode == "reserve":
+            worker = ReserveWorker(config, name=args.member_id)
+        else:
+            worker = Worker(config, member_id=args.member_id)
     except ConfigurationError as exc:
         print(f"queuey-worker: bad configuration: {exc}", file=sys.stderr)
         return 2
@@ -48,7 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if worker.stopping:
             log.warning("second %s: exiting now", signal.Signals(signum).name)
             os._exit(1)
-        log.info("%s: finishing the current batch, then leaving", signal.Signals(signum).name)
+        if config.mode == "reserve":
+            plan = "finishing the job in hand, releasing the messages not started"
+        else:
+            plan = "finishing the current batch, then leaving"
+        log.info("%s: %s", signal.Signals(signum).name, plan)
         worker.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -3,6 +3,11 @@
 Every key is named ``<section>.<key>`` in errors (:class:`queuey.errors.ConfigurationError`);
 an environment variable ``QUEUEY_<SECTION>_<KEY>`` overrides the ini. Booleans
 and lists are read by :mod:`queuey.coerce`, like every other setting of Queuey.
+
+``[worker] mode`` picks how work is divided: ``partitions`` (the default: a
+consumer group on ZooKeeper, each partition owned by one member, in order) or
+``reserve`` (competing consumers of a work-queue subscription: no ZooKeeper,
+any number of workers, the server leases each message to one of them).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import configparser
 import dataclasses
 import importlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,9 +25,17 @@ from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
 from queuey.client.group import DEFAULT_ROOT
 from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
-from queuey.limits import MAX_READ
+from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 
 DEFAULT_FAILURE_QUEUE = "{queue}" + FAILED_SUFFIX
+
+MODES = ("partitions", "reserve")
+#: Keys that mean nothing in reserve mode, with what to use instead.
+PARTITIONS_ONLY = {
+    "max_attempts": "set the queue's max_attempts: the server dead-letters in reserve mode",
+    "failure_hook": "dead letters go to the queue's dead-letter queue in reserve mode",
+    "failure_queue": "set the queue's dead_letter_queue in reserve mode",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +53,7 @@ class WorkerConfig:
     zookeeper_root: str = DEFAULT_ROOT
     session_timeout: float = 10.0
     # [worker]
+    mode: str = "partitions"
     group: str = "default"
     queues: tuple[str, ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
@@ -57,6 +72,12 @@ class WorkerConfig:
     discovery_interval: float = 5.0
     mirror_checkpoints: bool = False
     pythonpath: tuple[str, ...] = ()
+    # [worker], reserve mode
+    subscription: str = "default"
+    visibility_timeout: int | None = None  # None: the queue's
+    wait: int = 5
+    concurrency: int = 1
+    auto_dedup: bool = True
 
     @classmethod
     def from_ini(cls, path: str | Path, environ: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -82,16 +103,26 @@ class WorkerConfig:
         """Build from ``{"queuey": {...}, "zookeeper": {...}, "worker": {...}}`` of strings."""
         env = os.environ if environ is None else environ
         reader = _Reader(sections, env)
+        mode = reader.str("worker", "mode") or "partitions"
+        if mode not in MODES:
+            raise ConfigurationError("worker.mode", f"must be one of {', '.join(MODES)}")
+        reserve = mode == "reserve"
+        if reserve:
+            for key, instead in PARTITIONS_ONLY.items():
+                if reader.raw("worker", key):
+                    raise ConfigurationError(f"worker.{key}", f"not used: {instead}")
         config = cls(
             urls=reader.list("queuey", "urls", required=True),
             application=reader.str("queuey", "application", required=True),
             key=reader.str("queuey", "key"),
             http_timeout=reader.number("queuey", "timeout", 10.0, minimum=0.1),
             http_retries=int(reader.number("queuey", "retries", 5, minimum=0, integer=True)),
-            zookeeper_hosts=reader.str("zookeeper", "hosts", required=True),
+            auto_dedup=reader.bool("queuey", "auto_dedup", True),
+            zookeeper_hosts=reader.str("zookeeper", "hosts", required=not reserve) or "",
             zookeeper_root=reader.str("zookeeper", "root") or DEFAULT_ROOT,
             session_timeout=reader.number("zookeeper", "session_timeout", 10.0, minimum=1.0),
-            group=reader.str("worker", "group", required=True),
+            mode=mode,
+            group=reader.str("worker", "group", required=not reserve) or "default",
             queues=reader.list("worker", "queues", required=True),
             exclude=reader.list("worker", "exclude", default=DEFAULT_EXCLUDE),
             job=reader.str("worker", "job", required=True),
@@ -100,7 +131,12 @@ class WorkerConfig:
             per_batch=reader.bool("worker", "per_batch", False),
             batch_size=int(
                 reader.number(
-                    "worker", "batch_size", 100, minimum=1, maximum=MAX_READ, integer=True
+                    "worker",
+                    "batch_size",
+                    10 if reserve else 100,
+                    minimum=1,
+                    maximum=MAX_RESERVE if reserve else MAX_READ,
+                    integer=True,
                 )
             ),
             max_attempts=int(reader.number("worker", "max_attempts", 5, minimum=1, integer=True)),
@@ -113,6 +149,21 @@ class WorkerConfig:
             discovery_interval=reader.number("worker", "discovery_interval", 5.0, minimum=0.1),
             mirror_checkpoints=reader.bool("worker", "mirror_checkpoints", False),
             pythonpath=reader.list("worker", "pythonpath", default=()),
+            subscription=reader.str("worker", "subscription") or "default",
+            visibility_timeout=_optional_int(
+                reader.number(
+                    "worker",
+                    "visibility_timeout",
+                    0,
+                    minimum=1,
+                    maximum=MAX_VISIBILITY_TIMEOUT,
+                    integer=True,
+                )
+            ),
+            wait=int(reader.number("worker", "wait", 5, minimum=0, maximum=MAX_WAIT, integer=True)),
+            concurrency=int(
+                reader.number("worker", "concurrency", 1, minimum=1, maximum=64, integer=True)
+            ),
         )
         for name in ("job", "context", "failure_hook"):
             value = getattr(config, name)
@@ -120,7 +171,20 @@ class WorkerConfig:
                 raise ConfigurationError(f"worker.{name}", "must be module:function")
         if "{queue}" not in config.failure_queue:
             raise ConfigurationError("worker.failure_queue", "must contain {queue}")
+        if reserve:
+            if any(ch in q for q in config.queues for ch in "*?["):
+                raise ConfigurationError("worker.queues", "reserve mode takes names, not patterns")
+            if not SUBSCRIPTION.match(config.subscription):
+                raise ConfigurationError("worker.subscription", "must match [A-Za-z0-9_-]{1,50}")
         return config
+
+
+SUBSCRIPTION = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+
+
+def _optional_int(value: float) -> int | None:
+    """An integer setting whose absence (read as 0) means "the server's default"."""
+    return int(value) or None
 
 
 class _Reader:
