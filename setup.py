@@ -33,6 +33,7 @@ DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",
     "sphinx>=7,<10",
     "pyinstrument>=4.6",
+    "pika>=1.3,<2",  # bench/rabbitmq.py: the RabbitMQ peer
 ]
 
 setup(

@@ -1,45 +1,143 @@
 """Run every benchmark and print one JSON document (``make bench``).
 
+    python bench/run.py ["script.py [its options]" ...]
+
 Each benchmark is a script printing one JSON object on stdout; a failing one is
-reported with its exit code and the tail of its stderr, and the others still run.
+reported with its exit code and the tail of its stderr (and what it printed, if
+that is JSON), and the others still run. When the work-queue, API and RabbitMQ
+benchmarks ran, ``comparison`` holds Queuey's figures over RabbitMQ's from the
+same run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["api.py", "consumers.py", "spark.py", "durability.py"]
+BENCHMARKS = [
+    "api.py",
+    "consumers.py",
+    "spark.py",
+    "durability.py",
+    "workqueue.py",
+    "rabbitmq.py",
+]
+SHARING = (
+    "one box: each benchmark runs its servers (Queuey's waitress process, the "
+    "Cassandra and ZooKeeper JVMs, the RabbitMQ broker) and its load generator on "
+    "the same {cpus} cores, one benchmark after another; the harness Cassandra node "
+    "stays up (idle) during the others"
+)
 
 
-def run(script: str) -> dict:
+def run(script: str, options: list[str]) -> dict:
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(HERE / script)], capture_output=True, text=True, check=False
+        [sys.executable, str(HERE / script), *options],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     elapsed = round(time.monotonic() - started, 1)
-    if proc.returncode != 0:
-        return {
-            "error": f"exit {proc.returncode}",
-            "stderr": proc.stderr[-2000:],
-            "seconds": elapsed,
-        }
     try:
         result = json.loads(proc.stdout)
     except ValueError:
+        result = None
+    if proc.returncode != 0:
+        failed = {"error": f"exit {proc.returncode}", "stderr": proc.stderr[-2000:]}
+        if result is not None:
+            failed["partial"] = result
+        else:
+            failed["stdout"] = proc.stdout[-2000:]
+        failed["seconds"] = elapsed
+        return failed
+    if result is None:
         return {"error": "no JSON on stdout", "stdout": proc.stdout[-2000:], "seconds": elapsed}
     result["seconds"] = elapsed
     return result
 
 
+def ratio(queuey: float | None, rabbitmq: float | None) -> float | None:
+    if not queuey or not rabbitmq:
+        return None
+    return round(queuey / rabbitmq, 3)
+
+
+def figures_of(results: dict, name: str) -> dict:
+    """A benchmark's ``results``, also from the partial output of one that failed."""
+    result = results.get(name, {})
+    return result.get("results") or result.get("partial", {}).get("results") or {}
+
+
+def compare(results: dict) -> dict:
+    """Queuey / RabbitMQ for the figures that do the same job, from this run."""
+    peer = figures_of(results, "rabbitmq")
+    if not peer:
+        return {}
+    consume = peer["consume_ack"]["per_second"]
+    confirmed = peer["confirmed_publish"]
+    out: dict = {
+        "rabbitmq": {
+            "consume_ack_per_s": consume,
+            "confirmed_publish_per_s": confirmed["per_second"],
+            "confirmed_publish_p50_ms": confirmed["p50_ms"],
+            "confirmed_publish_p99_ms": confirmed["p99_ms"],
+        },
+        "reserve_ack_over_consume_ack": {},
+        "single_post_over_confirmed_publish": {},
+        "post_to_delivery_over_publish_to_delivery": {},
+    }
+    delivery = peer.get("publish_to_delivery", {})
+    if delivery:
+        out["rabbitmq"]["publish_to_delivery_p50_ms"] = delivery["p50_ms"]
+        out["rabbitmq"]["publish_to_delivery_p99_ms"] = delivery["p99_ms"]
+    for backend, figures in figures_of(results, "workqueue").items():
+        for key, figure in figures.items():
+            if key.startswith("reserve_ack_batch_"):
+                name = f"{backend}_batch_{key.removeprefix('reserve_ack_batch_')}"
+                out["reserve_ack_over_consume_ack"][name] = ratio(figure["per_second"], consume)
+        latency = figures.get("post_to_delivery")
+        if latency and delivery:
+            out["post_to_delivery_over_publish_to_delivery"][backend] = {
+                "p50_latency": ratio(latency["p50_ms"], delivery["p50_ms"]),
+                "p99_latency": ratio(latency["p99_ms"], delivery["p99_ms"]),
+            }
+    for backend, figures in figures_of(results, "api").items():
+        single = figures.get("single_post")
+        if single:
+            out["single_post_over_confirmed_publish"][backend] = {
+                "rate": ratio(single["per_second"], confirmed["per_second"]),
+                "p50_latency": ratio(single["p50_ms"], confirmed["p50_ms"]),
+                "p99_latency": ratio(single["p99_ms"], confirmed["p99_ms"]),
+            }
+    out["how"] = (
+        "rate ratios above 1 mean Queuey is faster; latency ratios above 1 mean "
+        "Queuey is slower. reserve+ack: 4 HTTP consumers (bench/workqueue.py) vs one "
+        "AMQP consumer with prefetch 1000 and acks every 100; single post: 8 HTTP "
+        "clients posting one message per request (bench/api.py) vs 8 publishers "
+        "waiting for a confirm per persistent message; post to delivery: one producer, 4 "
+        "long-polling consumers on both sides"
+    )
+    return out
+
+
 def main() -> int:
-    only = sys.argv[1:] or BENCHMARKS
-    results = {script.removesuffix(".py"): run(script) for script in only}
-    print(json.dumps(results, indent=2))
+    results = {}
+    for spec in sys.argv[1:] or BENCHMARKS:
+        script, *options = shlex.split(spec)
+        results[script.removesuffix(".py")] = run(script, options)
+    document = {"machine": {"cpus": os.cpu_count(), "sharing": SHARING.format(cpus=os.cpu_count())}}
+    document.update(results)
+    comparison = compare(results)
+    if comparison:
+        document["comparison"] = comparison
+    print(json.dumps(document, indent=2))
     return 1 if any("error" in r for r in results.values()) else 0
 
 
