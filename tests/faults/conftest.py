@@ -384,3 +384,55 @@ def own_zookeeper_chroot(own_zookeeper) -> str:
         admin.stop()
         admin.close()
     return own_zookeeper.hosts + chroot
+
+
+# ---------------------------------------------------------------- work queues
+
+#: ``queuey.dedup_window`` of the work-queue nodes: short, so a test can see it end.
+WORK_QUEUE_DEDUP_WINDOW = 3
+
+
+@dataclass
+class NodePair:
+    """Two API nodes on one store, and what a test needs to know about them."""
+
+    backend: str
+    a: ApiNode
+    b: ApiNode
+    application: str
+    read_delay: float  # seconds the nodes hide the newest messages from stream reads
+    dedup_window: int
+
+
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
+)
+def work_queue_nodes(request, tmp_path_factory) -> Iterator[NodePair]:
+    """Two ``pserve`` nodes per backend (one SQLite file, or the shared Cassandra
+    keyspace), started once for every work-queue test; each test makes its own
+    queues. Stopped when the backend's tests are done, even on failure."""
+    from tests.support import TestApps, write_applications
+
+    workdir = tmp_path_factory.mktemp(f"work-queue-{request.param}")
+    apps = TestApps(app=f"wqapp-{uuid.uuid4().hex[:10]}", remote_app="wqremote")
+    apps_file = write_applications(workdir / "applications.ini", apps)
+    settings = server_settings(request, apps_file, request.param, workdir / "shared.sqlite3")
+    settings["queuey.dedup_window"] = str(WORK_QUEUE_DEDUP_WINDOW)
+    nodes: list[ApiNode] = []
+    try:
+        for name in ("node-a", "node-b"):
+            nodes.append(ApiNode(name, workdir, settings))
+        for node in nodes:
+            node.wait_ready()
+        yield NodePair(
+            backend=request.param,
+            a=nodes[0],
+            b=nodes[1],
+            application=apps.app,
+            read_delay=float(settings["queuey.read_delay"]),
+            dedup_window=WORK_QUEUE_DEDUP_WINDOW,
+        )
+    finally:
+        for node in nodes:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                node.stop()

@@ -424,6 +424,19 @@ class WorkQueueContract:
         assert (got.deliveries, got.dead_letters) == ([], [])
         assert self.ack(storage, dq, clock, [dead[0].claim]) == {dead[0].claim: "acked"}
 
+    def test_one_release_across_partitions_dead_letters_every_last_attempt(
+        self, storage, app, clock
+    ):
+        dq = storage.create_queue(
+            QueueMeta(application=app, name="dq3", partitions=3, ttl=3600, max_attempts=1)
+        )
+        posted = {self.post(storage, dq, n, partition=n).id for n in (1, 2, 3)}
+        got = self.reserve(storage, dq, clock)
+        receipts = [d.receipt for d in got.deliveries]
+        statuses, dead = self.release(storage, dq, clock, receipts)
+        assert statuses == dict.fromkeys(receipts, "acked")
+        assert {d.message.id for d in dead} == posted and len(dead) == 3
+
     # -- priority -----------------------------------------------------------------
     def test_higher_priority_first(self, storage, wq, clock):
         for n, priority in enumerate([0, 5, 9, 5, 0]):
