@@ -43,7 +43,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     The contract with a backend module that has a schema to migrate: it offers
     ``upgrade_schema(settings) -> list[str]`` (the steps applied, none when up to
     date) and ``schema_version(settings) -> str`` (for people, e.g. ``"1 of 1"``).
-    A backend without them (SQLite) creates its schema when it is opened.
+    Both backends offer them; a backend without them would create its schema
+    when it is opened, which is all this command then does.
     """
     parsed = load_settings(_settings(args.config))
     backend = parsed.storage_backend
