@@ -71,6 +71,14 @@ class QueueMeta:
     dead_letter_queue: str | None = None
     #: Default delivery delay, seconds, for messages posted without one.
     delay: int = 0
+    #: First in, first out: a subscription gets a partition's messages strictly
+    #: in order, one batch in flight at a time (see :meth:`Storage.reserve`).
+    #: Set at creation, never changed.
+    fifo: bool = False
+    #: Free-form string settings kept with the queue and returned as given
+    #: (the SQS endpoint keeps its queue attributes and tags here, under
+    #: ``sqs.`` keys). ``update_queue(attributes=...)`` replaces the whole map.
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def dead_letter_name(self) -> str:
@@ -156,6 +164,9 @@ class Delivery:
     message: Message
     attempts: int
     receipt: str
+    #: When the message was first delivered in this subscription (microseconds;
+    #: this delivery's time on a first delivery). A redrive starts it afresh.
+    first_delivered: int = 0
 
 
 @dataclass(frozen=True)
@@ -269,11 +280,14 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
         """Change ``partitions`` (only upwards), ``ttl``, ``type``, ``consistency``,
-        ``visibility_timeout``, ``max_attempts``, ``dead_letter_queue`` or ``delay``.
+        ``visibility_timeout``, ``max_attempts``, ``dead_letter_queue``, ``delay``
+        or ``attributes`` (the whole map).
 
-        A change given as ``None`` leaves that field as it is.
+        A change given as ``None`` leaves that field as it is. Every field not
+        named keeps its value, ``fifo`` included (it cannot change).
 
-        Raises ``QueueNotFound``, or ``InvalidUpdate`` when partitions would shrink.
+        Raises ``QueueNotFound``, or ``InvalidUpdate`` when partitions would
+        shrink or another field is named.
         """
 
     @abc.abstractmethod
@@ -350,6 +364,16 @@ class Storage(abc.ABC):
         reached ``queue.max_attempts`` (when not 0) is not delivered: it is
         returned in ``dead_letters`` (not counted in ``limit``), claimed for
         ``queue.visibility_timeout`` seconds.
+
+        FIFO queues (``queue.fifo``): while any message of a queue partition is
+        leased (lease not ended), claimed for dead-lettering (claim not
+        lapsed) or released with a delay not yet passed in this subscription,
+        the call hands out nothing else of that partition; otherwise it hands
+        out the partition's available messages strictly in order (available
+        again first: they are older), several at once when ``limit`` allows.
+        The order is kept within each priority (messages through the SQS
+        endpoint all have priority 0). This holds across threads,
+        processes and API nodes, like "no early redelivery".
 
         ``settled_micros`` (at or before ``now_micros``): every message with a
         timestamp at or before it is visible to this call; newer messages may

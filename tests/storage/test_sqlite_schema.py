@@ -1,5 +1,5 @@
 """SQLite schema versions: a version-1 file (the first release's) is taken to
-version 2 by ``queuey schema upgrade`` or by opening it, keeping its data."""
+the latest version by ``queuey schema upgrade`` or by opening it, keeping its data."""
 
 from __future__ import annotations
 
@@ -81,6 +81,7 @@ def check_migrated(path, message_id, clock) -> None:
             0,
             None,
         )
+        assert (queue.fifo, dict(queue.attributes)) == (False, {})
         query = ReadQuery(partitions=[1, 2], now_micros=clock.now_micros())
         (message,) = store.read_messages(queue, query)
         assert (message.id, message.body, message.priority, message.attributes) == (
@@ -104,7 +105,7 @@ def check_migrated(path, message_id, clock) -> None:
         store.close()
 
 
-def test_schema_upgrade_takes_a_version_1_file_to_2(
+def test_schema_upgrade_takes_a_version_1_file_to_the_latest(
     tmp_path, v1_file, applications_file, capsys, clock
 ):
     path, message_id = v1_file
@@ -114,7 +115,8 @@ def test_schema_upgrade_takes_a_version_1_file_to_2(
 
     assert main(["schema", "upgrade", "-c", ini]) == 0
     out = capsys.readouterr().out
-    assert "applied: version 2:" in out and "(1 step(s) applied)" in out
+    assert "applied: version 2:" in out and "applied: version 3:" in out
+    assert "(2 step(s) applied)" in out
     assert main(["schema", "show", "-c", ini]) == 0
     assert f"schema version {SCHEMA_VERSION} of {SCHEMA_VERSION}" in capsys.readouterr().out
 
@@ -126,7 +128,9 @@ def test_schema_upgrade_takes_a_version_1_file_to_2(
 def test_opening_a_version_1_file_migrates_it(v1_file, clock):
     path, message_id = v1_file
     check_migrated(path, message_id, clock)
-    assert schema_version({"queuey.sqlite.path": str(path)}) == f"2 of {SCHEMA_VERSION}"
+    assert schema_version({"queuey.sqlite.path": str(path)}) == (
+        f"{SCHEMA_VERSION} of {SCHEMA_VERSION}"
+    )
 
 
 def test_show_does_not_create_a_file(tmp_path):
@@ -184,4 +188,6 @@ def test_storages_creating_a_new_file_at_once_all_open(tmp_path, clock):
     for attempt in range(10):
         path = tmp_path / f"new-{attempt}.sqlite3"
         open_together(path, clock, count=6)
-        assert schema_version({"queuey.sqlite.path": str(path)}) == f"2 of {SCHEMA_VERSION}"
+        assert schema_version({"queuey.sqlite.path": str(path)}) == (
+            f"{SCHEMA_VERSION} of {SCHEMA_VERSION}"
+        )

@@ -564,3 +564,121 @@ class WorkQueueContract:
         print(figures)
         assert errors == [], figures
         assert duplicates == 0 and len(delivered) == total, figures
+
+    # -- queue attributes and FIFO queues ------------------------------------------
+    def test_queue_attributes_and_fifo_round_trip(self, storage, app):
+        made = storage.create_queue(
+            QueueMeta(application=app, name="f", fifo=True, attributes={"sqs.tag.a": "1"})
+        )
+        got = storage.get_queue(app, "f")
+        assert (got.fifo, dict(got.attributes)) == (True, {"sqs.tag.a": "1"})
+        assert [(q.name, dict(q.attributes)) for q in storage.list_queues(app)] == [
+            ("f", {"sqs.tag.a": "1"})
+        ]
+        storage.update_queue(app, "f", attributes={"b": "☃"}, delay=3)
+        got = storage.get_queue(app, "f")
+        assert (dict(got.attributes), got.delay, got.fifo) == ({"b": "☃"}, 3, True)
+        storage.update_queue(app, "f", delay=4)  # attributes untouched when not named
+        assert dict(storage.get_queue(app, "f").attributes) == {"b": "☃"}
+        purged = storage.purge_queue(app, "f")
+        assert purged.incarnation != made.incarnation
+        got = storage.get_queue(app, "f")
+        assert (got.fifo, dict(got.attributes)) == (True, {"b": "☃"})
+        with pytest.raises(Exception, match="fifo"):
+            storage.update_queue(app, "f", fifo=False)
+        plain = storage.create_queue(QueueMeta(application=app, name="plain"))
+        assert (plain.fifo, dict(storage.get_queue(app, "plain").attributes)) == (False, {})
+
+    @pytest.fixture
+    def fifo(self, storage: Storage, app: str) -> QueueMeta:
+        return storage.create_queue(
+            QueueMeta(application=app, name="fifo", partitions=2, ttl=3600, fifo=True)
+        )
+
+    def test_fifo_partition_waits_while_anything_is_in_flight(self, storage, fifo, clock):
+        for n in range(5):
+            self.post(storage, fifo, n, partition=1)
+        first = self.reserve(storage, fifo, clock, limit=2, vt=30)
+        assert self.bodies(first) == [body(0), body(1)]
+        assert self.bodies(self.reserve(storage, fifo, clock)) == []
+        self.ack(storage, fifo, clock, [first.deliveries[0].receipt])
+        assert self.bodies(self.reserve(storage, fifo, clock)) == []  # 1 still in flight
+        clock.advance(31)  # the lease of 1 ends: it comes back first, then the rest
+        again = self.reserve(storage, fifo, clock, limit=10)
+        assert self.bodies(again) == [body(n) for n in range(1, 5)]
+        assert [d.attempts for d in again.deliveries] == [2, 1, 1, 1]
+
+    def test_fifo_release_with_delay_keeps_the_partition_waiting(self, storage, fifo, clock):
+        for n in range(3):
+            self.post(storage, fifo, n, partition=2)
+        got = self.reserve(storage, fifo, clock, limit=1)
+        self.release(storage, fifo, clock, [got.deliveries[0].receipt], delay=10)
+        assert self.bodies(self.reserve(storage, fifo, clock)) == []
+        clock.advance(10)
+        assert self.bodies(self.reserve(storage, fifo, clock, limit=10)) == [
+            body(0),
+            body(1),
+            body(2),
+        ]
+
+    def test_fifo_partitions_are_independent(self, storage, fifo, clock):
+        for n in range(4):
+            self.post(storage, fifo, n, partition=n % 2 + 1)
+        one = self.reserve(storage, fifo, clock, limit=1, partitions=[1])
+        assert self.bodies(one) == [body(0)]
+        two = self.reserve(storage, fifo, clock, limit=10)
+        assert self.bodies(two) == [body(1), body(3)]  # partition 2 only, in order
+        self.ack(storage, fifo, clock, [d.receipt for d in one.deliveries])
+        assert self.bodies(self.reserve(storage, fifo, clock, limit=10)) == [body(2)]
+
+    def test_fifo_threads_keep_order_and_never_overlap(self, storage, app, clock):
+        queue = storage.create_queue(
+            QueueMeta(application=app, name="fifo4", partitions=4, ttl=3600, fifo=True)
+        )
+        total = 80
+        storage.put_messages(queue, [NewMessage(body(n), n % 4 + 1, 3600) for n in range(total)])
+        seen: dict[int, list[int]] = {p: [] for p in range(1, 5)}
+        in_flight: set[int] = set()
+        errors: list[str] = []
+        lock = threading.Lock()
+
+        def consume() -> None:
+            try:
+                for _ in range(400):
+                    got = self.reserve(storage, queue, clock, limit=3, vt=600)
+                    if not got.deliveries:
+                        with lock:
+                            if sum(map(len, seen.values())) >= total:
+                                return
+                        continue
+                    parts = {d.message.partition for d in got.deliveries}
+                    with lock:
+                        if parts & in_flight:
+                            errors.append(f"partitions {parts & in_flight} handed out twice")
+                        in_flight.update(parts)
+                        for d in got.deliveries:
+                            seen[d.message.partition].append(int(d.message.body[6:-1]))
+                    with lock:
+                        in_flight.difference_update(parts)
+                    self.ack(storage, queue, clock, [d.receipt for d in got.deliveries])
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=consume) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        print({p: len(v) for p, v in seen.items()}, errors[:3])
+        assert errors == []
+        for p, numbers in seen.items():
+            assert numbers == [n for n in range(total) if n % 4 + 1 == p]
+
+    def test_first_delivery_time_is_kept(self, storage, wq, clock):
+        self.post(storage, wq, 1)
+        first = self.reserve(storage, wq, clock, vt=5).deliveries[0]
+        assert first.first_delivered == clock.now_micros()
+        start = clock.now_micros()
+        clock.advance(6)
+        again = self.reserve(storage, wq, clock).deliveries[0]
+        assert (again.attempts, again.first_delivered) == (2, start)

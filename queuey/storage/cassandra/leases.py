@@ -49,6 +49,7 @@ class Slot:
     visible_at: int  # microseconds
     attempts: int
     last_error: str = ""
+    first_at: int = 0  # microseconds: first delivery in the subscription (0: none yet)
 
     @property
     def timestamp(self) -> int:
@@ -121,6 +122,7 @@ class LeaseState:
                 state=LEASED,
                 visible_at=now + visibility_timeout * ids.MICROS,
                 attempts=slot.attempts + 1,
+                first_at=slot.first_at or now,
             )
         )
 
@@ -173,7 +175,13 @@ class LeaseState:
     def reopen(self, slot: Slot, now: int) -> None:
         self.put(
             replace(
-                slot, token=new_token(), state=RELEASED, visible_at=now, attempts=0, last_error=""
+                slot,
+                token=new_token(),
+                state=RELEASED,
+                visible_at=now,
+                attempts=0,
+                last_error="",
+                first_at=0,
             )
         )
 

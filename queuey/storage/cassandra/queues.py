@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, replace
@@ -24,6 +25,7 @@ UPDATABLE = frozenset(
         "max_attempts",
         "dead_letter_queue",
         "delay",
+        "attributes",
     }
 )
 
@@ -32,7 +34,7 @@ def from_row(row: Sequence[Any]) -> QueueMeta:
     """Metadata from a row; a row written before schema v2 (nulls in the
     work-queue columns) reads as the defaults."""
     app, name, partitions, ttl, qtype, consistency, created, incarnation = row[:8]
-    visibility_timeout, max_attempts, dead_letter_queue, delay = row[8:12]
+    visibility_timeout, max_attempts, dead_letter_queue, delay, fifo, attributes = row[8:14]
     return QueueMeta(
         application=app,
         name=name,
@@ -46,6 +48,8 @@ def from_row(row: Sequence[Any]) -> QueueMeta:
         max_attempts=max_attempts or 0,
         dead_letter_queue=dead_letter_queue,
         delay=delay or 0,
+        fifo=bool(fifo),
+        attributes=json.loads(attributes) if attributes else {},
     )
 
 
@@ -57,7 +61,15 @@ def values(meta: QueueMeta) -> tuple:
         meta.max_attempts,
         meta.dead_letter_queue,
         meta.delay,
+        meta.fifo,
+        _attributes_text(meta.attributes),
     )
+
+
+def _attributes_text(attributes: Mapping[str, str]) -> str | None:
+    if not attributes:
+        return None
+    return json.dumps(dict(attributes), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _applied(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool]:
@@ -129,7 +141,16 @@ def update(c: Connection, application: str, name: str, changes: Mapping[str, Any
         fresh = values(new)
         return c.session.execute(
             c.st.update_queue,
-            (*fresh[2:6], *fresh[8:12], application, name, *row[2:6], *row[8:12]),
+            (
+                *fresh[2:6],
+                *fresh[8:12],
+                fresh[13],
+                application,
+                name,
+                *row[2:6],
+                *row[8:12],
+                row[13],
+            ),
             execution_profile=P_META,
         ).all()
 

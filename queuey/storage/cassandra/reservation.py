@@ -30,7 +30,7 @@ from queuey.storage import (
     Reserved,
     make_receipt,
 )
-from queuey.storage.cassandra.leases import CLAIMED, LeaseState, Slot, advance
+from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
@@ -164,6 +164,12 @@ class Reservation:
         readers = []
         for p, future in zip(parts, futures, strict=True):
             state = states[p]
+            if queue.fifo and _in_flight(state, now):
+                # A FIFO partition hands out nothing while any of it is in
+                # flight; the conditional write still checks this state.
+                views[p] = View(state, capacity=0)
+                future.result()
+                continue
             view = views[p] = View(state, capacity=len(state.free_slots()))
             for s in state.slots.values():
                 if s.available(now) and queue.max_attempts and s.attempts >= queue.max_attempts:
@@ -263,14 +269,18 @@ class Reservation:
                 continue
             new = state.lease(slot, now, visibility_timeout)
             receipt = make_receipt(p, msg.id, new.token)
-            deliveries.append((_rank(msg, True), Delivery(msg, new.attempts, receipt)))
+            deliveries.append(
+                (_rank(msg, True), Delivery(msg, new.attempts, receipt, new.first_at))
+            )
         # Slots first (the choice left enough free), then the positions may
         # pass the messages just handed out.
         for number, msg in zip(state.free_slots(), fresh, strict=False):
             slot = Slot(number, msg.id, msg.priority, "", "", 0, 0)
             new = state.lease(slot, now, visibility_timeout)
             receipt = make_receipt(p, msg.id, new.token)
-            deliveries.append((_rank(msg, False), Delivery(msg, new.attempts, receipt)))
+            deliveries.append(
+                (_rank(msg, False), Delivery(msg, new.attempts, receipt, new.first_at))
+            )
         handed = state.by_message
         before = dict(state.positions)
         passed = False
@@ -284,6 +294,14 @@ class Reservation:
                 if passed or fresh or state.dirty or lag >= c.bucket_micros:
                     state.move_position(q, pos)
         return deliveries, dead, more
+
+
+def _in_flight(state: LeaseState, now: int) -> bool:
+    """Whether a message of the partition is leased, claimed or released with a
+    delay not yet passed (a FIFO partition then waits)."""
+    return any(
+        s.state in (LEASED, RELEASED, CLAIMED) and s.visible_at > now for s in state.slots.values()
+    )
 
 
 def _rank(msg: Message, again: bool) -> tuple:

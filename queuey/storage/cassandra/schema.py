@@ -145,10 +145,20 @@ def _v2(cfg: CassandraSettings) -> list[str]:
     ]
 
 
+def _v3(cfg: CassandraSettings) -> list[str]:
+    """FIFO queues and free-form queue attributes (JSON text, so a lightweight
+    transaction can compare it)."""
+    return [
+        f"ALTER TABLE {cfg.keyspace}.queues ADD IF NOT EXISTS (fifo boolean, attributes text)",
+        f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (first_at bigint)",
+    ]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
     Migration(2, "work queues: settings, message fields, priorities, dedup ids, leases", _v2),
+    Migration(3, "FIFO queues, queue attributes, first delivery times", _v3),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

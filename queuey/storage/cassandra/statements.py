@@ -19,7 +19,8 @@ class Statements:
 
     _QUEUE_COLS = (
         "application, name, partitions, default_ttl, queue_type, consistency, created, "
-        "incarnation, visibility_timeout, max_attempts, dead_letter_queue, delay"
+        "incarnation, visibility_timeout, max_attempts, dead_letter_queue, delay, fifo, "
+        "attributes"
     )
     #: The columns a message read selects, in :func:`.reads.message_of` order.
     MESSAGE_COLS = "id, body, expires, priority, attributes"
@@ -32,7 +33,7 @@ class Statements:
         self.storage_setting = p(f"SELECT value FROM {ks}.storage_settings WHERE name = ?")
         # queues
         self.insert_queue = p(
-            f"INSERT INTO {ks}.queues ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO {ks}.queues ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "IF NOT EXISTS"
         )
         self.select_queue = p(f"SELECT {cols} FROM {ks}.queues WHERE application = ? AND name = ?")
@@ -42,11 +43,12 @@ class Statements:
         self.update_queue = p(
             f"UPDATE {ks}.queues "
             "SET partitions = ?, default_ttl = ?, queue_type = ?, consistency = ?, "
-            "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ? "
+            "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "
+            "attributes = ? "
             "WHERE application = ? AND name = ? "
             "IF partitions = ? AND default_ttl = ? AND queue_type = ? AND consistency = ? "
             "AND visibility_timeout = ? AND max_attempts = ? AND dead_letter_queue = ? "
-            "AND delay = ?"
+            "AND delay = ? AND attributes = ?"
         )
         self.purge_queue = p(
             f"UPDATE {ks}.queues SET incarnation = ? WHERE application = ? AND name = ? "
@@ -126,7 +128,8 @@ class Statements:
         lease_key = "incarnation = ? AND subscription = ? AND partition = ?"
         self.read_leases = p(
             "SELECT slot, version, positions, dead_lettered, message_id, priority, lease_token, "
-            f"state, visible_at, attempts, last_error FROM {ks}.leases WHERE {lease_key}"
+            f"state, visible_at, attempts, last_error, first_at FROM {ks}.leases "
+            f"WHERE {lease_key}"
         )
         self.write_lease_head = p(
             f"UPDATE {ks}.leases USING TTL ? SET version = ?, positions = ?, dead_lettered = ? "
@@ -134,7 +137,7 @@ class Statements:
         )
         self.write_slot = p(
             f"UPDATE {ks}.leases USING TTL ? SET message_id = ?, priority = ?, lease_token = ?, "
-            "state = ?, visible_at = ?, attempts = ?, last_error = ? "
+            "state = ?, visible_at = ?, attempts = ?, last_error = ?, first_at = ? "
             f"WHERE {lease_key} AND slot = ?"
         )
         # checkpoints

@@ -149,6 +149,7 @@ class WorkQueues:
                         x.visible_at,
                         x.attempts,
                         x.last_error,
+                        x.first_at,
                         *key,
                         n,
                     ),
@@ -401,7 +402,20 @@ def _state(partition: int, rs) -> LeaseState:
     slots: dict[int, Slot] = {}
     head = None
     for row in rs:
-        (number, version, positions, dead, mid, priority, token, st, visible, attempts, err) = row
+        (
+            number,
+            version,
+            positions,
+            dead,
+            mid,
+            priority,
+            token,
+            st,
+            visible,
+            attempts,
+            err,
+            first,
+        ) = row
         head = head or (version, positions, dead)
         if number is not None and mid is not None:
             slots[number] = Slot(
@@ -413,6 +427,7 @@ def _state(partition: int, rs) -> LeaseState:
                 visible or 0,
                 attempts or 0,
                 err or "",
+                first or 0,
             )
     version, positions, dead = head or (None, None, 0)
     return LeaseState(

@@ -125,7 +125,7 @@ class SQLiteStorage(Storage):
         with self._db.write() as conn:
             try:
                 conn.execute(
-                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * 12)})",
+                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                     queue_row(meta),
                 )
             except sqlite3.IntegrityError as exc:
@@ -167,6 +167,7 @@ class SQLiteStorage(Storage):
             "max_attempts",
             "dead_letter_queue",
             "delay",
+            "attributes",
         }
         unknown = set(changes) - allowed
         if unknown:
@@ -178,9 +179,15 @@ class SQLiteStorage(Storage):
             meta = replace(meta, **{k: v for k, v in changes.items() if v is not None})
             conn.execute(
                 "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
-                "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ? "
-                "WHERE application = ? AND name = ?",
-                (*queue_row(meta)[2:6], *queue_row(meta)[8:], application, name),
+                "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "
+                "attributes = ? WHERE application = ? AND name = ?",
+                (
+                    *queue_row(meta)[2:6],
+                    *queue_row(meta)[8:12],
+                    queue_row(meta)[13],
+                    application,
+                    name,
+                ),
             )
         return meta
 

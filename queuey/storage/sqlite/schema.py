@@ -30,7 +30,7 @@ import uuid
 from queuey import ids
 from queuey.storage import Message, QueueMeta
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 BASE = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -136,12 +136,19 @@ CREATE TABLE IF NOT EXISTS dedup (
 CREATE INDEX IF NOT EXISTS dedup_by_until ON dedup (until)
 """
 
+#: Version 2 to 3: FIFO queues and free-form queue attributes (the SQS endpoint).
+V3 = """
+ALTER TABLE queues ADD COLUMN fifo INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE queues ADD COLUMN attributes TEXT;
+ALTER TABLE leases ADD COLUMN first_at INTEGER NOT NULL DEFAULT 0
+"""
+
 #: The message columns :func:`row_to_message` reads, in its order.
 COLUMNS = "id, ts, partition, body, expires, priority, attributes"
 #: The queue columns :func:`row_to_queue` reads, in its order.
 QUEUE_COLUMNS = (
     "application, name, partitions, ttl, type, consistency, created, incarnation, "
-    "visibility_timeout, max_attempts, dead_letter_queue, delay"
+    "visibility_timeout, max_attempts, dead_letter_queue, delay, fifo, attributes"
 )
 
 
@@ -184,6 +191,10 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
             "version 2: queue work-queue settings, message priority and attributes, "
             "subscriptions, positions, leases, dedup"
         )
+    if version < 3:
+        for statement in _statements(V3):
+            conn.execute(statement)
+        applied.append("version 3: FIFO queues, queue attributes, first delivery times")
     if applied:
         conn.execute(
             "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",
@@ -238,6 +249,8 @@ def row_to_queue(row: tuple) -> QueueMeta:
         max_attempts=row[9],
         dead_letter_queue=row[10],
         delay=row[11],
+        fifo=bool(row[12]),
+        attributes=json.loads(row[13]) if row[13] else {},
     )
 
 
@@ -256,4 +269,6 @@ def queue_row(meta: QueueMeta) -> tuple:
         meta.max_attempts,
         meta.dead_letter_queue,
         meta.delay,
+        int(meta.fifo),
+        dump_attributes(meta.attributes),
     )

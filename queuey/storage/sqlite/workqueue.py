@@ -57,7 +57,7 @@ MAX_DEAD_LETTERS = 100
 
 _MESSAGE_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 _DUE = (
-    f"SELECT l.state, l.attempts, l.last_error, m.tiebreak, {_MESSAGE_COLUMNS} "
+    f"SELECT l.state, l.attempts, l.last_error, l.first_at, m.tiebreak, {_MESSAGE_COLUMNS} "
     "FROM leases l INDEXED BY leases_due JOIN messages m ON m.incarnation = l.incarnation "
     "AND m.partition = l.partition AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
     "WHERE l.incarnation = ? AND l.subscription = ? "
@@ -88,12 +88,13 @@ def new_token() -> str:
 class _Row:
     """A due lease or a new message, as a reservation considers it."""
 
-    __slots__ = ("state", "attempts", "last_error", "tiebreak", "message")
+    __slots__ = ("state", "attempts", "last_error", "first_at", "tiebreak", "message")
 
-    def __init__(self, state, attempts, last_error, tb, message: Message) -> None:
+    def __init__(self, state, attempts, last_error, tb, message: Message, first_at=0) -> None:
         self.state = state
         self.attempts = attempts
         self.last_error = last_error
+        self.first_at = first_at
         self.tiebreak = tb
         self.message = message
 
@@ -120,6 +121,10 @@ class WorkQueues:
                 "INSERT OR IGNORE INTO subscriptions VALUES (?, ?, ?)",
                 (queue.incarnation, subscription, now),
             )
+            if queue.fifo:
+                parts = self._fifo_free(conn, queue, subscription, parts, now)
+                if not parts:
+                    return Reserved([], [])
             due, dead = self._due(conn, queue, subscription, parts, limit, now)
             positions = {
                 (part, priority): (ts, tb)
@@ -146,7 +151,7 @@ class WorkQueues:
                 )
                 chosen += found
             until = now + visibility_timeout * ids.MICROS
-            deliveries = [self._lease(conn, queue, subscription, row, until) for row in chosen]
+            deliveries = [self._lease(conn, queue, subscription, row, until, now) for row in chosen]
             for part, (ts, tb) in passed.items():
                 conn.execute(
                     "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, 0, ?, ?)",
@@ -163,6 +168,19 @@ class WorkQueues:
                 conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (now,))
         return Reserved(deliveries, letters)
 
+    def _fifo_free(self, conn, queue, subscription, parts, now) -> list[int]:
+        """The partitions of a FIFO queue with nothing in flight in ``subscription``."""
+        busy = {
+            row[0]
+            for row in conn.execute(
+                "SELECT DISTINCT partition FROM leases INDEXED BY leases_due "
+                "WHERE incarnation = ? AND subscription = ? "
+                "AND state IN ('leased', 'released', 'claimed') AND visible_at > ?",
+                (queue.incarnation, subscription, now),
+            )
+        }
+        return [p for p in parts if p not in busy]
+
     def _due(self, conn, queue, subscription, parts, limit, now):
         """Leases available again, by priority, and those due for dead-lettering."""
         sql = _DUE.format(partitions=", ".join("?" * len(parts)))
@@ -171,8 +189,8 @@ class WorkQueues:
         )
         due: dict[int, list[_Row]] = defaultdict(list)
         dead: list[_Row] = []
-        for state, attempts, last_error, tb, *message in rows:
-            row = _Row(state, attempts, last_error, tb, row_to_message(message))
+        for state, attempts, last_error, first_at, tb, *message in rows:
+            row = _Row(state, attempts, last_error, tb, row_to_message(message), first_at)
             exhausted = queue.max_attempts and attempts >= queue.max_attempts
             if state == "claimed" or exhausted:
                 if len(dead) < MAX_DEAD_LETTERS:
@@ -234,13 +252,14 @@ class WorkQueues:
                 passed[part] = walked[part]
         return chosen
 
-    def _lease(self, conn, queue, subscription, row: _Row, until: int) -> Delivery:
+    def _lease(self, conn, queue, subscription, row: _Row, until: int, now: int) -> Delivery:
         message, token = row.message, new_token()
         key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+        first = row.first_at or now
         if row.state is None:
             conn.execute(
-                "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '')",
-                (*key, message.id.bytes, message.priority, message.expires, token, until),
+                "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?)",
+                (*key, message.id.bytes, message.priority, message.expires, token, until, now),
             )
             conn.execute(
                 "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
@@ -250,11 +269,12 @@ class WorkQueues:
         else:
             conn.execute(
                 "UPDATE leases SET state = 'leased', token = ?, visible_at = ?, "
-                f"attempts = attempts + 1 WHERE {_LEASE_KEY}",
-                (token, until, *key),
+                f"attempts = attempts + 1, first_at = ? WHERE {_LEASE_KEY}",
+                (token, until, first, *key),
             )
             attempts = row.attempts + 1
-        return Delivery(message, attempts, make_receipt(message.partition, message.id, token))
+        receipt = make_receipt(message.partition, message.id, token)
+        return Delivery(message, attempts, receipt, first)
 
     def _claim(self, conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
         message, token = row.message, new_token()
@@ -406,7 +426,7 @@ class WorkQueues:
                 )
                 reopened += conn.execute(
                     "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
-                    f"attempts = 0, last_error = '' WHERE {_LEASE_KEY} AND id = ? "
+                    f"attempts = 0, last_error = '', first_at = 0 WHERE {_LEASE_KEY} AND id = ? "
                     "AND state IN ('acked', 'dead') AND EXISTS (SELECT 1 FROM messages "
                     "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ? "
                     "AND expires > ?)",
