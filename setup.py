@@ -28,6 +28,8 @@ TEST_REQUIRES = SPARK_REQUIRES + [
     "psutil>=5.9",
     "hypothesis>=6.100,<7",
     "schemathesis>=4.30,<5",
+    "boto3>=1.40,<2",  # tests/sqs: the SQS endpoint driven by real AWS clients
+    "awscli>=1.42,<2",
 ]
 DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",

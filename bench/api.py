@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT))
 from bench.common import free_port, wait_http  # noqa: E402
 
 APP, KEY = "bench", "bench-key"
+#: The bench application's SigV4 secret (bench/sqs.py).
+SQS_SECRET = "bench-sqs-secret"
 HEADERS = {"X-Application-Name": APP, "ApplicationKey": KEY, "Content-Type": "application/json"}
 BODY_200 = {
     "signature": "js::RunScript | EnterBaseline",
@@ -77,7 +79,10 @@ class Server:
     def __init__(self, backend: str, workdir: Path, threads: int = 8) -> None:
         self.port = free_port()
         apps = workdir / "apps.ini"
-        apps.write_text(f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n")
+        apps.write_text(
+            f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n"
+            f"sqs_secret = {SQS_SECRET}\n"
+        )
         ini = workdir / f"{backend}.ini"
         ini.write_text(
             INI.format(

@@ -26,6 +26,7 @@ BENCHMARKS = [
     "spark.py",
     "durability.py",
     "workqueue.py",
+    "sqs.py",
     "rabbitmq.py",
 ]
 SHARING = (

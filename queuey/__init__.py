@@ -73,6 +73,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)
     config.include("queuey.web.security")
     config.include("queuey.web")
+    config.include("queuey.sqs.views")
     config.scan("queuey.web")
     log.info("queuey ready: storage=%s", parsed.storage_backend)
     return config.make_wsgi_app()

@@ -9,6 +9,11 @@ Applications live in an INI file named by ``queuey.applications``::
         plain:a-development-key
     # where key-authenticated calls may come from (CIDR list)
     allow = 127.0.0.0/8, ::1/128
+    # the SQS endpoint (docs/sqs.rst): the secret access key(s) of this
+    # application (its access key id is its name), in clear because SigV4's
+    # HMAC needs it, or read from environment variables; and its account id
+    sqs_secret_env = NOTIFICATIONS_SQS_SECRET
+    account_id = 123456789012
 
 Keys are compared in constant time (:func:`hmac.compare_digest` on SHA-256
 digests) and never logged. ``queuey keygen NAME`` prints a new key and the
@@ -20,6 +25,8 @@ from __future__ import annotations
 import configparser
 import hashlib
 import hmac
+import os
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,11 +42,27 @@ def digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
+ACCOUNT_ID = re.compile(r"^[0-9]{12}$")
+
+
+def default_account_id(name: str) -> str:
+    """A stable 12-digit SQS account id derived from the application's name."""
+    return "%012d" % (int.from_bytes(digest(name)[:8], "big") % 10**12)
+
+
 @dataclass(frozen=True)
 class Application:
     name: str
     key_digests: tuple[bytes, ...]
     allow: tuple[Network, ...]
+    #: SigV4 secret access keys for the SQS endpoint (none: SQS is refused).
+    sqs_secrets: tuple[str, ...] = ()
+    #: The 12-digit account id in this application's SQS queue URLs and ARNs.
+    account_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.account_id:
+            object.__setattr__(self, "account_id", default_account_id(self.name))
 
     def key_matches(self, key: str | None) -> bool:
         """Constant-time check of ``key`` against every configured key."""
@@ -68,13 +91,37 @@ def parse_key_spec(spec: str) -> bytes:
     return digest(spec)
 
 
-def load_applications(path: str | Path) -> dict[str, Application]:
+def sqs_secrets(plain: str, env_names: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The SQS secrets given in clear (``sqs_secret``) and through environment
+    variables (``sqs_secret_env``), several of each allowed for rotation."""
+    found = list(plain.split())
+    for name in env_names.split():
+        value = environ.get(name, "").strip()
+        if not value:
+            raise ValueError(f"sqs_secret_env: the environment variable {name} is not set")
+        found.append(value)
+    return tuple(found)
+
+
+def account_id(value: str, name: str) -> str:
+    value = value.strip()
+    if not value:
+        return default_account_id(name)
+    if not ACCOUNT_ID.match(value):
+        raise ValueError("account_id must be 12 digits")
+    return value
+
+
+def load_applications(
+    path: str | Path, environ: Mapping[str, str] | None = None
+) -> dict[str, Application]:
     """Read the applications file; a bad entry stops start-up naming it."""
     file = Path(path)
     if not file.is_file():
         raise ConfigurationError("queuey.applications", f"no such file: {file}")
     parser = configparser.ConfigParser(interpolation=None)
     parser.read(file, encoding="utf-8")
+    environ = os.environ if environ is None else environ
     apps: dict[str, Application] = {}
     for section in parser.sections():
         if not section.startswith(SECTION_PREFIX):
@@ -85,11 +132,19 @@ def load_applications(path: str | Path) -> dict[str, Application]:
             specs = parser.get(section, "keys", fallback="").split()
             keys = tuple(parse_key_spec(spec) for spec in specs)
             allow = parse_networks(parser.get(section, "allow", fallback="127.0.0.1/32"))
+            secrets_ = sqs_secrets(
+                parser.get(section, "sqs_secret", fallback=""),
+                parser.get(section, "sqs_secret_env", fallback=""),
+                environ,
+            )
+            account = account_id(parser.get(section, "account_id", fallback=""), name)
         except ValueError as exc:
             raise ConfigurationError("queuey.applications", f"{where}: {exc}") from exc
         if not keys:
             raise ConfigurationError("queuey.applications", f"{where}: no keys")
-        apps[name] = Application(name=name, key_digests=keys, allow=allow)
+        apps[name] = Application(
+            name=name, key_digests=keys, allow=allow, sqs_secrets=secrets_, account_id=account
+        )
     if not apps:
         raise ConfigurationError("queuey.applications", f"{file}: no [application:NAME] section")
     return apps
@@ -103,10 +158,13 @@ def applications_from_mapping(entries: Mapping[str, Mapping[str, Iterable[str] |
         keys = keys.split() if isinstance(keys, str) else list(keys)
         allow = entry.get("allow", "127.0.0.0/8, ::1/128")
         allow = allow if isinstance(allow, str) else ", ".join(allow)
+        sqs = entry.get("sqs_secrets", ())
         apps[name] = Application(
             name=name,
             key_digests=tuple(parse_key_spec(k) for k in keys),
             allow=parse_networks(allow),
+            sqs_secrets=tuple(sqs.split() if isinstance(sqs, str) else sqs),
+            account_id=account_id(str(entry.get("account_id", "")), name),
         )
     return apps
 

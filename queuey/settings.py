@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,7 +41,13 @@ DEFAULTS: dict[str, str] = {
     "queuey.dedup_window": "300",
     "queuey.reserve.max_waiting": "64",
     "queuey.reserve.poll_interval": "0.5",
+    "queuey.sqs.region": "us-east-1",
+    "queuey.sqs.partitions": "4",
+    "queuey.sqs.fifo_partitions": "16",
 }
+
+#: An AWS region name as it appears in an ARN.
+REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -86,6 +93,11 @@ class Settings:
     #: Longest pause, seconds, between a long poll's storage checks when no
     #: post on this process wakes it (delayed messages, other API nodes).
     reserve_poll_interval: float
+    #: The region in SQS ARNs (requests may be signed for any region).
+    sqs_region: str
+    #: Partitions of a standard / FIFO queue created through the SQS endpoint.
+    sqs_partitions: int
+    sqs_fifo_partitions: int
     raw: Mapping[str, Any]
 
     @property
@@ -129,6 +141,7 @@ def load_settings(
 ) -> Settings:
     raw = merged(settings, environ)
     max_ttl = _get(raw, "queuey.max_ttl", int, lambda v: v >= 1)
+    max_partitions = _get(raw, "queuey.max_partitions", int, lambda v: v >= 1)
     parsed = Settings(
         storage_backend=str(raw["queuey.storage.backend"]),
         applications_file=str(raw["queuey.applications"]),
@@ -136,7 +149,7 @@ def load_settings(
         max_clock_skew=_get(raw, "queuey.max_clock_skew", float, lambda v: v >= 0),
         default_ttl=_get_default_ttl(raw, max_ttl),
         max_ttl=max_ttl,
-        max_partitions=_get(raw, "queuey.max_partitions", int, lambda v: v >= 1),
+        max_partitions=max_partitions,
         max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
         max_batch_messages=_get(raw, "queuey.max_batch_messages", int, lambda v: v >= 1),
         max_batch_size=_get(raw, "queuey.max_batch_size", int, lambda v: v >= 1024),
@@ -149,6 +162,11 @@ def load_settings(
         reserve_max_waiting=_get(raw, "queuey.reserve.max_waiting", int, lambda v: 0 <= v <= 10000),
         reserve_poll_interval=_get(
             raw, "queuey.reserve.poll_interval", float, lambda v: 0.01 <= v <= 0.5
+        ),
+        sqs_region=_get(raw, "queuey.sqs.region", str, REGION.match),
+        sqs_partitions=_get(raw, "queuey.sqs.partitions", int, lambda v: 1 <= v <= max_partitions),
+        sqs_fifo_partitions=_get(
+            raw, "queuey.sqs.fifo_partitions", int, lambda v: 1 <= v <= max_partitions
         ),
         raw=raw,
     )

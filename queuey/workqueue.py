@@ -177,7 +177,9 @@ class WorkQueues:
             subscription,
             partitions=list(partitions or range(1, queue.partitions + 1)),
             limit=limit,
-            visibility_timeout=visibility_timeout or queue.visibility_timeout,
+            visibility_timeout=(
+                queue.visibility_timeout if visibility_timeout is None else visibility_timeout
+            ),
             now_micros=now,
             settled_micros=now - self.read_delay_micros,
         )
@@ -278,6 +280,8 @@ class WorkQueues:
                         priority=letter.message.priority,
                         dedup_id=dead_letter_dedup_id(queue, subscription, letter.message),
                         attributes={
+                            # The message's own attributes travel with it.
+                            **(letter.message.attributes or {}),
                             "source_queue": queue.name,
                             "source_message_id": letter.message.id.hex,
                             "source_partition": str(letter.message.partition),
@@ -373,11 +377,18 @@ class WorkQueues:
                     ttl=min(queue.ttl, self.max_ttl),
                     priority=letter.priority,
                     dedup_id=redrive_dedup_id(queue.name, source.ref.id.hex),
+                    attributes=own_attributes(letter),
                 )
             ],
         )
         self.on_available(application, queue.name)
         return "reposted"
+
+
+def own_attributes(letter: Message) -> dict[str, str] | None:
+    """A dead letter's attributes without the ``source_*`` ones dead-lettering added."""
+    kept = {k: v for k, v in (letter.attributes or {}).items() if k not in SOURCE_ATTRIBUTES}
+    return kept or None
 
 
 def _source_of(letter: Message) -> _Source | None:
@@ -386,7 +397,7 @@ def _source_of(letter: Message) -> _Source | None:
     queue = attributes.get("source_queue", "")
     partition = attributes.get("source_partition", "")
     subscription = attributes.get("source_subscription", "")
-    if not (0 < len(queue) <= 50 and 0 < len(subscription) <= 50):
+    if not (0 < len(queue) <= 80 and 0 < len(subscription) <= 50):
         return None
     if not (partition.isascii() and partition.isdigit() and len(partition) <= 5):
         return None

@@ -16,6 +16,7 @@ from webtest.http import StopableWSGIServer
 KEY = "test-key-1"
 ROTATED_KEY = "test-key-2"  # stored as its sha256 digest
 REMOTE_KEY = "remote-key"  # valid only from 10.0.0.0/8
+SQS_SECRET = "test-sqs-secret"  # both applications' SigV4 secret for the SQS endpoint
 
 #: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
 CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
@@ -26,10 +27,12 @@ keys =
     plain:{key}
     sha256:{rotated_sha}
 allow = 127.0.0.0/8, ::1/128
+sqs_secret = {sqs_secret}
 
 [application:{remote_app}]
 keys = plain:{remote_key}
 allow = 10.0.0.0/8
+sqs_secret = {sqs_secret}
 """
 
 
@@ -57,7 +60,12 @@ class TestApps:
 def write_applications(path: Path, apps: TestApps) -> Path:
     sha = hashlib.sha256(ROTATED_KEY.encode()).hexdigest()
     text = APPLICATIONS_INI.format(
-        app=apps.app, key=KEY, rotated_sha=sha, remote_app=apps.remote_app, remote_key=REMOTE_KEY
+        app=apps.app,
+        key=KEY,
+        rotated_sha=sha,
+        remote_app=apps.remote_app,
+        remote_key=REMOTE_KEY,
+        sqs_secret=SQS_SECRET,
     )
     path.write_text(text, encoding="utf-8")
     return path

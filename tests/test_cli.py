@@ -32,7 +32,7 @@ def test_schema_upgrade_creates_the_sqlite_file(tmp_path, applications_file, cap
     database = tmp_path / "var" / "queuey.sqlite3"
     assert not database.exists()
     assert main(["schema", "upgrade", "-c", ini]) == 0
-    assert "queuey.storage.sqlite: schema up to date (2 step(s) applied)" in capsys.readouterr().out
+    assert "queuey.storage.sqlite: schema up to date (3 step(s) applied)" in capsys.readouterr().out
     conn = sqlite3.connect(database)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

@@ -24,6 +24,7 @@ from queuey.web.schemas import (
     MESSAGE_REFS_PATTERN,
     PARTITIONS_PATTERN,
     QUEUE_NAME_PATTERN,
+    QUEUE_REF_PATTERN,
     SUBSCRIPTION_PATTERN,
 )
 
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
-_QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
+_QUEUE_REF = re.compile(QUEUE_REF_PATTERN)
 
 
 class InvalidParameters(ServiceError):
@@ -78,6 +79,7 @@ PATTERN_WORDS = {
     ids.SECONDS_PATTERN: "must be seconds since the epoch as a plain decimal, e.g. 1700000000.25",
     ids.MESSAGE_ID_PATTERN: "must be a message id (32 hex digits of a version-1 UUID)",
     QUEUE_NAME_PATTERN: "must be 1 to 50 letters, digits, '_' or '-'",
+    QUEUE_REF_PATTERN: "must be 1 to 80 letters, digits, '_' or '-' (or end in '.fifo')",
     CONSUMER_PATTERN: "must be 1 to 100 letters, digits, '_', '.' or '-'",
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
@@ -186,6 +188,6 @@ def form_or_json(request, limit: int) -> Any:
 
 
 def queue_name(name: str) -> str:
-    if not _QUEUE_NAME.fullmatch(name):
-        raise InvalidParameters({"queue_name": "must match [A-Za-z0-9_-]{1,50}"})
+    if not _QUEUE_REF.fullmatch(name):
+        raise InvalidParameters({"queue_name": PATTERN_WORDS[QUEUE_REF_PATTERN]})
     return name

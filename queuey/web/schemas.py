@@ -47,6 +47,9 @@ from queuey.limits import (
 from queuey.storage import RECEIPT_PATTERN
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
+#: A name that addresses an existing queue: besides the names this API
+#: creates, the longer and ``.fifo`` names the SQS endpoint allows.
+QUEUE_REF_PATTERN = r"^(?:[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo)$"
 #: A queue name, or empty for "the default" (``<name>-dead``).
 DEAD_LETTER_PATTERN = r"^[A-Za-z0-9_-]{0,50}$"
 SUBSCRIPTION_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
@@ -359,7 +362,7 @@ class Checkpoints(Model):
 
 # -- path parameters ----------------------------------------------------------------
 PATH_PARAMS: dict[str, dict[str, Any]] = {
-    "name": {"type": "string", "pattern": QUEUE_NAME_PATTERN},
+    "name": {"type": "string", "pattern": QUEUE_REF_PATTERN},
     "ids": {
         "type": "string",
         "pattern": MESSAGE_REFS_PATTERN,

@@ -1,0 +1,13 @@
+"""The Amazon SQS-compatible endpoint (DESIGN.md, "SQS-compatible endpoint").
+
+``POST /`` (and ``/<account id>/<queue>``) speaks both SQS wire protocols over
+Queuey's own storage, so every SQS client works with ``endpoint_url`` pointed
+at Queuey:
+
+* :mod:`.sigv4` verifies AWS Signature Version 4 (header and query string);
+* :mod:`.protocol` reads a request in AWS JSON 1.0 or the query protocol and
+  writes the answer (JSON, or XML through :mod:`.query` and :mod:`.shapes`);
+* :mod:`.errors` holds SQS's error codes and statuses;
+* :mod:`.actions` does each action with the storage and work-queue service;
+* :mod:`.views` wires it into Pyramid.
+"""

@@ -1,0 +1,96 @@
+"""SQS's errors: the code each protocol names, the HTTP status, whose fault.
+
+One :class:`SQSError` per failure; the JSON protocol answers
+``{"__type": "com.amazonaws.sqs#<name>", "message": ...}`` with the header
+``x-amzn-query-error: <query code>;<Sender|Receiver>`` (what botocore reads to
+raise the same exception as over the query protocol), the query protocol an
+``<ErrorResponse>`` carrying the query code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    name: str  # the JSON protocol's ``__type`` suffix
+    query_code: str  # the query protocol's ``<Code>``
+    status: int
+    sender: bool = True  # "Sender" or "Receiver" fault
+
+
+def _kind(name: str, query_code: str | None = None, status: int = 400, sender: bool = True):
+    return ErrorKind(name, query_code or name, status, sender)
+
+
+#: Every error this endpoint answers, by name.
+KINDS: dict[str, ErrorKind] = {
+    k.name: k
+    for k in (
+        # Modelled errors of the SQS API.
+        _kind("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"),
+        _kind("QueueNameExists", "QueueAlreadyExists"),
+        _kind("QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently"),
+        _kind("PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress", 403),
+        _kind("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404),
+        _kind("MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"),
+        _kind(
+            "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
+        ),
+        _kind("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest"),
+        _kind("BatchEntryIdsNotDistinct", "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
+        _kind("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"),
+        _kind("InvalidBatchEntryId", "AWS.SimpleQueueService.InvalidBatchEntryId"),
+        _kind("InvalidAttributeName"),
+        _kind("InvalidAttributeValue"),
+        _kind("InvalidMessageContents"),
+        _kind("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation"),
+        _kind("OverLimit", "OverLimit", 403),
+        _kind("ResourceNotFoundException", "ResourceNotFoundException", 404),
+        _kind("InvalidAddress", "InvalidAddress", 404),
+        _kind("InvalidSecurity", "AWS.SimpleQueueService.InvalidSecurity", 403),
+        _kind("RequestThrottled", "RequestThrottled", 400),
+        # Common errors of every AWS query/JSON service.
+        _kind("InvalidParameterValue"),
+        _kind("InvalidParameterCombination"),
+        _kind("MissingParameter"),
+        _kind("MissingAction"),
+        _kind("InvalidAction"),
+        _kind("InvalidQueryParameter"),
+        _kind("MalformedQueryString", status=404),
+        _kind("ValidationError"),
+        _kind("SerializationException"),
+        _kind("UnknownOperationException"),
+        _kind("MissingAuthenticationToken", status=403),
+        _kind("IncompleteSignature"),
+        _kind("InvalidClientTokenId", status=403),
+        _kind("SignatureDoesNotMatch", status=403),
+        _kind("RequestExpired"),
+        _kind("AccessDenied", "AccessDenied", 403),
+        _kind("RequestEntityTooLarge", status=413),
+        _kind("InternalFailure", status=500, sender=False),
+        _kind("ServiceUnavailable", status=503, sender=False),
+    )
+}
+
+
+class SQSError(Exception):
+    """One SQS error answer. ``name`` is a key of :data:`KINDS`."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = KINDS[name]
+        self.message = message
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+
+def invalid(message: str) -> SQSError:
+    return SQSError("InvalidParameterValue", message)
+
+
+def missing(parameter: str) -> SQSError:
+    return SQSError("MissingParameter", f"The request must contain the parameter {parameter}.")

@@ -1,0 +1,139 @@
+"""The SQS endpoint in Pyramid: ``/`` and ``/<account id>/<queue>``.
+
+Order of work for every request: read the (bounded) body, tell the protocol
+and action, verify the SigV4 signature, check the caller's address against
+its application's allowlist, and only then parse parameters and touch
+storage, so a wrong signature never reaches storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from pyramid.response import Response
+from pyramid.security import NO_PERMISSION_REQUIRED
+
+from queuey.errors import StorageUnavailable
+from queuey.sqs import protocol, sigv4
+from queuey.sqs.actions import Caller, SQSService
+from queuey.sqs.errors import SQSError
+from queuey.sqs.queues import Place
+from queuey.web.security import client_address
+
+log = logging.getLogger(__name__)
+
+ROUTES = [
+    ("sqs", "/"),
+    ("sqs_queue", r"/{account:[0-9]{12}}/{queue}"),
+]
+
+
+def request_limit(max_message_size: int) -> int:
+    """Largest request body: a batch of messages of the largest size, escaped
+    by the client (JSON ``\\uXXXX`` or percent-encoding: at most 3 bytes per
+    byte), and room for the rest of the request."""
+    return 3 * max_message_size + 65536
+
+
+def _body(request, limit: int) -> bytes:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise SQSError("RequestEntityTooLarge", f"The request is larger than {limit} bytes.")
+    raw = request.body_file.read(limit + 1) if length is None else request.body
+    if len(raw) > limit:
+        raise SQSError("RequestEntityTooLarge", f"The request is larger than {limit} bytes.")
+    return raw
+
+
+def endpoint(request):
+    registry = request.registry
+    service: SQSService = registry.sqs
+    settings = registry.queuey_settings
+    request_id = str(uuid.uuid4())
+    json_protocol = "X-Amz-Target" in request.headers
+    call = None
+    try:
+        body = _body(request, request_limit(settings.max_message_size))
+        call = protocol.read_call(
+            request.method,
+            request.headers.get("X-Amz-Target"),
+            request.content_type or "",
+            request.environ.get("QUERY_STRING", ""),
+            body,
+        )
+        application = _authenticate(request, body)
+        if call.action is None:
+            raise SQSError("MissingAction", "The request must contain the parameter Action.")
+        if call.action not in service.handlers:
+            if call.json:
+                raise SQSError("UnknownOperationException", f"Unknown operation {call.action}.")
+            raise SQSError(
+                "InvalidAction", f"The action {call.action[:100]} is not valid for this endpoint."
+            )
+        matched = request.matchdict
+        params = call.params(
+            f"/{matched['account']}/{matched['queue']}" if "queue" in matched else None
+        )
+        place = Place(request.host_url, application.account_id, settings.sqs_region)
+        result = service.call(call.action, Caller(application, place), params)
+        status, headers, payload = protocol.ok(call, result, request_id)
+    except SQSError as exc:
+        status, headers, payload = protocol.error(json_protocol, exc, request_id)
+    except StorageUnavailable as exc:
+        log.warning("sqs %s: storage unavailable: %s", call.action if call else "?", exc)
+        unavailable = SQSError("ServiceUnavailable", "The service is unavailable, retry.")
+        status, headers, payload = protocol.error(json_protocol, unavailable, request_id)
+        headers["Retry-After"] = str(exc.retry_after)
+    response = Response(body=payload, status=status)
+    response.headers.update(headers)
+    return response
+
+
+def _authenticate(request, body: bytes):
+    applications = request.registry.applications
+
+    def secrets_for(access_key: str):
+        app = applications.get(access_key)
+        return app.sqs_secrets if app is not None else ()
+
+    credential = sigv4.verify(
+        sigv4.SignedRequest(
+            method=request.method,
+            path=sigv4.wire_path(request.environ),
+            query=request.environ.get("QUERY_STRING", ""),
+            headers=request.headers,
+            body=body,
+        ),
+        secrets_for,
+        now=request.clock.now_micros() / 1e6,
+    )
+    application = applications[credential.access_key]
+    address = client_address(request, request.registry.queuey_settings.trusted_proxies)
+    if not application.address_allowed(address):
+        raise SQSError(
+            "AccessDenied", "Access to the resource is denied: this address may not use it."
+        )
+    return application
+
+
+def includeme(config) -> None:
+    registry = config.registry
+    settings = registry.queuey_settings
+    registry.sqs = SQSService(
+        registry.storage,
+        registry.workqueues,
+        registry.clock,
+        settings,
+        registry.long_polls,
+        on_posted=registry.metrics.messages_posted,
+        on_received=registry.metrics.messages_reserved,
+    )
+    for name, pattern in ROUTES:
+        config.add_route(name, pattern)
+        config.add_view(
+            endpoint,
+            route_name=name,
+            request_method=("GET", "POST"),
+            permission=NO_PERMISSION_REQUIRED,
+        )
