@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 KEY = "sqs.move"
 #: Messages one round moves at most.
 ROUND = 100
+#: Seconds a task waits for messages inside the read delay to settle.
+SETTLE_PAUSE = 0.5
 #: Seconds without a heartbeat after which a running task counts as failed.
 STALE_SECONDS = 60
 
@@ -160,8 +162,11 @@ class MoveTasks:
                 if moved == 0:
                     if why:
                         state["status"], state["failure"] = "FAILED", why
-                    else:
-                        state["status"] = "COMPLETED"
+                        break
+                    if self._settling(meta):
+                        cancelled.wait(SETTLE_PAUSE)
+                        continue
+                    state["status"] = "COMPLETED"
                     break
                 self._save(application, state["source"], state)
                 if state["rate"]:
@@ -178,6 +183,24 @@ class MoveTasks:
             self._save(application, state["source"], state)
         except ServiceError as exc:
             log.warning("message move task %s: its final state was not saved: %s", state["id"], exc)
+
+    def _settling(self, source: QueueMeta) -> bool:
+        """Whether the queue holds messages still inside the read delay (a redrive
+        reads only older ones, see :meth:`WorkQueues.redrive`)."""
+        delay = self.work.read_delay_micros
+        if not delay:
+            return False
+        now = self.clock.now_micros()
+        newest = self.storage.read_messages(
+            source,
+            ReadQuery(
+                partitions=list(range(1, source.partitions + 1)),
+                now_micros=now,
+                limit=1,
+                order="descending",
+            ),
+        )
+        return bool(newest) and newest[0].timestamp > now - delay
 
     def _round(
         self, application: str, source: QueueMeta, destination: str | None, limit: int
