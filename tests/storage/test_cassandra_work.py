@@ -367,12 +367,14 @@ def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
         )
         applied = upgrade_schema(old)
         assert any("ALTER TABLE" in s for s in applied)
-        assert current_version(store.session, keyspace) == LATEST_VERSION == 2
+        assert current_version(store.session, keyspace) == LATEST_VERSION == 3
         upgraded = load_from_config(old, clock)
         try:
             queue = upgraded.get_queue("app", "old")
             assert (queue.visibility_timeout, queue.max_attempts, queue.delay) == (30, 0, 0)
+            assert (queue.fifo, dict(queue.attributes)) == (False, {})
             (delivery,) = reserve(upgraded, queue, clock).deliveries
+            assert delivery.first_delivered == clock.now_micros()
             message = delivery.message
             assert (message.id, message.priority, message.attributes) == (mid, 0, None)
             changed = upgraded.update_queue("app", "old", max_attempts=3)
