@@ -16,7 +16,8 @@ or its own keep-alive HTTP connection for the native calls, in the same run:
 
 Prints one JSON object on stdout (messages/s, the ratio SQS / native), progress on
 stderr. Server and load share the cores; boto3's own request building, signing
-and response parsing run in the load generator. Not a test: compare medians.
+and response parsing run in the load generator, so each phase also reports the
+CPU seconds the server and the load generator spent. Not a test: compare medians.
 """
 
 from __future__ import annotations
@@ -182,6 +183,32 @@ def native_reserve_ack(port: int, name: str, clients: int, messages: int, timeou
     }
 
 
+class CPU:
+    """CPU seconds the server process and this load generator spent in a phase:
+    with both on the same cores, what the client costs is not the server's."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def __enter__(self) -> CPU:
+        self.before = (sum(self.server.ps.cpu_times()[:2]), sum(os.times()[:2]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        server, client = sum(self.server.ps.cpu_times()[:2]), sum(os.times()[:2])
+        self.figures = {
+            "server_cpu_s": round(server - self.before[0], 1),
+            "client_cpu_s": round(client - self.before[1], 1),
+        }
+
+
+def measured(server: Server, run) -> dict:
+    with CPU(server) as cpu:
+        figures = run()
+    figures.update(cpu.figures)
+    return figures
+
+
 def ratio(a: dict, b: dict) -> float | None:
     return round(a["per_second"] / b["per_second"], 2) if b["per_second"] else None
 
@@ -192,25 +219,35 @@ def bench_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict
     try:
         log(f"{backend}: SendMessageBatch for {args.duration}s")
         url = make_queue(server.port, f"sqs-send-{stamp}")
-        send = send_batches(server.port, url, args.clients, args.duration)
+        send = measured(server, lambda: send_batches(server.port, url, args.clients, args.duration))
         native_name = f"native-send-{stamp}"
         make_queue(server.port, native_name)
         log(f"{backend}: native batch posts of 10 for {args.duration}s")
-        native_send = native_batches(server.port, native_name, args.clients, args.duration)
+        native_send = measured(
+            server, lambda: native_batches(server.port, native_name, args.clients, args.duration)
+        )
         drain_url = make_queue(server.port, f"sqs-drain-{stamp}")
         fill(server.port, f"sqs-drain-{stamp}", args.messages)
         if backend == "cassandra":
             time.sleep(2)  # the bench server's read delay
         log(f"{backend}: ReceiveMessage + DeleteMessageBatch of {args.messages}")
-        drain = receive_delete(server.port, drain_url, args.clients, args.messages, args.timeout)
+        drain = measured(
+            server,
+            lambda: receive_delete(
+                server.port, drain_url, args.clients, args.messages, args.timeout
+            ),
+        )
         native_drain_name = f"native-drain-{stamp}"
         make_queue(server.port, native_drain_name)
         fill(server.port, native_drain_name, args.messages)
         if backend == "cassandra":
             time.sleep(2)
         log(f"{backend}: native reserve + ack of {args.messages}")
-        native_drain = native_reserve_ack(
-            server.port, native_drain_name, args.clients, args.messages, args.timeout
+        native_drain = measured(
+            server,
+            lambda: native_reserve_ack(
+                server.port, native_drain_name, args.clients, args.messages, args.timeout
+            ),
         )
         return {
             "send_batch_10": send,
