@@ -63,6 +63,11 @@ def endpoint(request):
             body,
         )
         application = _authenticate(request, body)
+        # For the request log line (queuey.web.metrics).
+        request.environ["queuey.application"] = application.name
+        request.environ["queuey.sqs_action"] = (
+            call.action if call.action in service.handlers else "unknown"
+        )
         if call.action is None:
             raise SQSError("MissingAction", "The request must contain the parameter Action.")
         if call.action not in service.handlers:

@@ -106,13 +106,15 @@ def metrics_tween_factory(handler, registry):
         metrics.requests.labels(route, method, str(response.status_code)).inc()
         metrics.latency.labels(route).observe(elapsed)
         if log.isEnabledFor(logging.INFO):
+            environ = request.environ
             log.info(
-                "%s %s %d %.1fms app=%s",
+                "%s %s %d %.1fms app=%s%s",
                 method,
-                request.environ.get("PATH_INFO", ""),
+                environ.get("PATH_INFO", ""),
                 response.status_code,
                 elapsed * 1000,
-                request.headers.get("X-Application-Name", "-"),
+                environ.get("queuey.application") or request.headers.get("X-Application-Name", "-"),
+                f" action={environ['queuey.sqs_action']}" if "queuey.sqs_action" in environ else "",
             )
         return response
 
