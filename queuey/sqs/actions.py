@@ -8,9 +8,6 @@ query protocol. An SQS queue's consumers share one subscription,
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,23 +16,19 @@ from typing import Any
 from queuey.applications import Application
 from queuey.clock import Clock
 from queuey.errors import QueueExists, QueueNotFound
-from queuey.placement import partition_for_key, random_partition
 from queuey.settings import Settings
+from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs import queues as qs
-from queuey.sqs.errors import SQSError, invalid, missing
+from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
 from queuey.sqs.movetasks import MoveTasks
+from queuey.sqs.sending import new_message
 from queuey.storage import Delivery, NewMessage, QueueMeta, Storage
 from queuey.web.longpoll import LongPolls
 from queuey.workqueue import WorkQueues
 
 #: The subscription SQS consumers share (DESIGN.md: "one default subscription").
 SUBSCRIPTION = "default"
-#: Most entries in one batch action (SQS's limit).
-MAX_BATCH = 10
-_BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-#: MessageGroupId and MessageDeduplicationId: 1-128 of alphanumerics and punctuation.
-_TOKEN = re.compile(r"^[!-~]{1,128}$")
 #: Queues one ListQueues / ListDeadLetterSourceQueues call looks at, at most.
 SCAN = 1000
 
@@ -197,8 +190,8 @@ class SQSService:
         prefix = params.get("QueueNamePrefix") or ""
         if not isinstance(prefix, str) or len(prefix) > 80:
             raise invalid("QueueNamePrefix must be at most 80 characters.")
-        limit = _integer(params, "MaxResults", 1, 1000)
-        after = _token(params.get("NextToken"))
+        limit = inputs.integer(params, "MaxResults", 1, 1000)
+        after = inputs.read_token(params.get("NextToken"))
         if after is None and prefix:
             # Just below every name that starts with the prefix (names are ASCII).
             after = prefix[:-1] + chr(ord(prefix[-1]) - 1) + "\x7f"
@@ -210,7 +203,7 @@ class SQSService:
             result["QueueUrls"] = [caller.place.url(n) for n in names]
         more = len(found) == wanted and len(names) == len(found)
         if limit and more:
-            result["NextToken"] = _make_token(names[-1])
+            result["NextToken"] = inputs.make_token(names[-1])
         return result
 
     def delete_queue(self, caller: Caller, params: dict) -> dict:
@@ -285,8 +278,8 @@ class SQSService:
 
     def list_dead_letter_source_queues(self, caller: Caller, params: dict) -> dict:
         dead = self._queue(caller, params)
-        limit = _integer(params, "MaxResults", 1, 1000)
-        after = _token(params.get("NextToken"))
+        limit = inputs.integer(params, "MaxResults", 1, 1000)
+        after = inputs.read_token(params.get("NextToken"))
         scanned = self.storage.list_queues(caller.application.name, limit=SCAN, after=after)
         urls: list[str] = []
         last = None
@@ -299,87 +292,10 @@ class SQSService:
         result: dict[str, Any] = {"queueUrls": urls}
         full = limit is not None and len(urls) >= limit
         if (full or len(scanned) == SCAN) and last is not None and limit:
-            result["NextToken"] = _make_token(last)
+            result["NextToken"] = inputs.make_token(last)
         return result
 
     # -- sending --------------------------------------------------------------
-    def _new_message(self, meta: QueueMeta, entry: Mapping) -> tuple[NewMessage, dict, int]:
-        """One message to store, the reply fields known before storing, and its size."""
-        body = entry.get("MessageBody")
-        if body is None:
-            raise missing("MessageBody")
-        if not isinstance(body, str) or not body:
-            raise invalid("The request must contain a non-empty MessageBody.")
-        msgs.check_text(body, "the message body")
-        attributes = msgs.parse_attributes(entry.get("MessageAttributes"))
-        system = msgs.parse_attributes(entry.get("MessageSystemAttributes"), system=True)
-        size = len(body.encode("utf-8")) + msgs.attributes_size(attributes)
-        limit = qs.max_message_size(meta, self.limits)
-        if size > limit:
-            raise invalid(
-                f"One or more parameters are invalid. Reason: Message must be shorter than "
-                f"{limit} bytes."
-            )
-        delay = _integer(entry, "DelaySeconds", 0, 900)
-        if delay is not None and meta.fifo:
-            raise invalid(
-                f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
-                "include parameter that is not valid for this queue type."
-            )
-        group = _text_token(entry, "MessageGroupId")
-        dedup = _text_token(entry, "MessageDeduplicationId")
-        if meta.fifo:
-            if group is None:
-                raise missing("MessageGroupId")
-            if dedup is None:
-                if not qs.content_dedup(meta):
-                    raise invalid(
-                        "The queue should either have ContentBasedDeduplication enabled or "
-                        "MessageDeduplicationId provided explicitly"
-                    )
-                dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        elif dedup is not None:
-            raise invalid(
-                "Value for parameter MessageDeduplicationId is invalid. Reason: The request "
-                "include parameter that is not valid for this queue type."
-            )
-        ttl = min(meta.ttl, self.settings.max_ttl)
-        delay = meta.delay if delay is None else delay
-        if delay > ttl:
-            raise invalid(
-                f"DelaySeconds ({delay}) is longer than the queue's MessageRetentionPeriod ({ttl})."
-            )
-        dedup_id = dedup
-        if dedup is not None and qs.dedup_per_group(meta):
-            dedup_id = hashlib.sha256(f"{group}\x1f{dedup}".encode()).hexdigest()
-        trace = system.get("AWSTraceHeader")
-        message = NewMessage(
-            body=msgs.encode_body(body),
-            partition=(
-                partition_for_key(group, meta.partitions)
-                if group is not None
-                else random_partition(meta.partitions)
-            ),
-            ttl=ttl,
-            delay=delay,
-            dedup_id=dedup_id,
-            attributes=msgs.store_attributes(
-                attributes,
-                trace=trace.value if trace is not None else None,  # type: ignore[arg-type]
-                group=group,
-                dedup=dedup,
-                sent_millis=self.clock.now_micros() // 1000 if delay else None,
-            ),
-        )
-        reply: dict[str, Any] = {"MD5OfMessageBody": msgs.md5_hex(body.encode("utf-8"))}
-        digest = msgs.md5_of_attributes(attributes)
-        if digest:
-            reply["MD5OfMessageAttributes"] = digest
-        digest = msgs.md5_of_attributes(system)
-        if digest:
-            reply["MD5OfMessageSystemAttributes"] = digest
-        return message, reply, size
-
     def _store(self, meta: QueueMeta, batch: Sequence[NewMessage], replies: list[dict]) -> None:
         stored = self.storage.put_messages(meta, batch)
         self.on_posted(len(stored))
@@ -392,22 +308,23 @@ class SQSService:
 
     def send_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        message, reply, _ = self._new_message(meta, params)
+        message, reply, _ = new_message(meta, params, self.limits, self.clock.now_micros())
         self._store(meta, [message], [reply])
         return reply
 
     def send_message_batch(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        entries = _entries(params)
+        entries = inputs.entries(params)
         good: list[NewMessage] = []
         replies: list[dict] = []
         failed: list[dict] = []
         total = 0
+        now = self.clock.now_micros()
         for entry in entries:
             try:
-                message, reply, size = self._new_message(meta, entry)
+                message, reply, size = new_message(meta, entry, self.limits, now)
             except SQSError as exc:
-                failed.append(_failure(entry["Id"], exc))
+                failed.append(batch_failure(entry["Id"], exc))
                 continue
             total += size
             reply["Id"] = entry["Id"]
@@ -426,15 +343,15 @@ class SQSService:
     # -- receiving ------------------------------------------------------------
     def receive_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        limit = _integer(params, "MaxNumberOfMessages", 1, 10) or 1
-        visibility = _integer(params, "VisibilityTimeout", 0, 43200)
-        wait = _integer(params, "WaitTimeSeconds", 0, 20)
+        limit = inputs.integer(params, "MaxNumberOfMessages", 1, 10) or 1
+        visibility = inputs.integer(params, "VisibilityTimeout", 0, 43200)
+        wait = inputs.integer(params, "WaitTimeSeconds", 0, 20)
         if wait is None:
             wait = qs.receive_wait(meta)
-        wanted = set(_names(params, "AttributeNames")) | set(
-            _names(params, "MessageSystemAttributeNames")
+        wanted = set(inputs.names(params, "AttributeNames")) | set(
+            inputs.names(params, "MessageSystemAttributeNames")
         )
-        attribute_names = _names(params, "MessageAttributeNames")
+        attribute_names = inputs.names(params, "MessageAttributeNames")
 
         def attempt():
             return self.work.reserve(meta, SUBSCRIPTION, limit=limit, visibility_timeout=visibility)
@@ -534,7 +451,7 @@ class SQSService:
 
     def delete_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        receipt = _receipt(params)
+        receipt = inputs.receipt(params)
         status = self._settle(meta, [receipt], None)[receipt]
         error = self._settle_error(meta, receipt, status, True)
         if error:
@@ -543,8 +460,8 @@ class SQSService:
 
     def change_message_visibility(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        receipt = _receipt(params)
-        visibility = _integer(params, "VisibilityTimeout", 0, 43200)
+        receipt = inputs.receipt(params)
+        visibility = inputs.integer(params, "VisibilityTimeout", 0, 43200)
         if visibility is None:
             raise missing("VisibilityTimeout")
         status = self._settle(meta, [receipt], visibility)[receipt]
@@ -561,19 +478,19 @@ class SQSService:
 
     def _settle_batch(self, caller: Caller, params: dict, deleting: bool) -> dict:
         meta = self._queue(caller, params)
-        entries = _entries(params)
+        entries = inputs.entries(params)
         groups: dict[int | None, list[tuple[str, str]]] = {}
         failed: list[dict] = []
         for entry in entries:
             try:
-                receipt = _receipt(entry)
+                receipt = inputs.receipt(entry)
                 visibility = None
                 if not deleting:
-                    visibility = _integer(entry, "VisibilityTimeout", 0, 43200)
+                    visibility = inputs.integer(entry, "VisibilityTimeout", 0, 43200)
                     if visibility is None:
                         raise missing("VisibilityTimeout")
             except SQSError as exc:
-                failed.append(_failure(entry["Id"], exc))
+                failed.append(batch_failure(entry["Id"], exc))
                 continue
             groups.setdefault(visibility, []).append((entry["Id"], receipt))
         succeeded: list[dict] = []
@@ -582,7 +499,7 @@ class SQSService:
             for entry_id, receipt in items:
                 error = self._settle_error(meta, receipt, statuses[receipt], deleting)
                 if error:
-                    failed.append(_failure(entry_id, error))
+                    failed.append(batch_failure(entry_id, error))
                 else:
                     succeeded.append({"Id": entry_id})
         return {"Successful": succeeded, "Failed": failed}
@@ -596,7 +513,7 @@ class SQSService:
         if params.get("DestinationArn") is not None:
             name = caller.place.name_from_arn(params["DestinationArn"], "DestinationArn")
             destination = self._named(caller, name)
-        rate = _integer(params, "MaxNumberOfMessagesPerSecond", 1, 500)
+        rate = inputs.integer(params, "MaxNumberOfMessagesPerSecond", 1, 500)
         if destination is None and not self._sources_of(caller, source):
             raise invalid(
                 "Source queue must be configured as a Dead Letter Queue, or a DestinationArn "
@@ -619,7 +536,7 @@ class SQSService:
     def list_message_move_tasks(self, caller: Caller, params: dict) -> dict:
         name = caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")
         source = self._named(caller, name)
-        limit = _integer(params, "MaxResults", 1, 10) or 1
+        limit = inputs.integer(params, "MaxResults", 1, 10) or 1
         return {"Results": self.moves.list(caller.place, source)[:limit]}
 
     def cancel_message_move_task(self, caller: Caller, params: dict) -> dict:
@@ -668,96 +585,3 @@ ACTIONS = (
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def _integer(params: Mapping, name: str, low: int, high: int) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid(
-            f"Value {str(value)[:40]} for parameter {name} is invalid. Reason: Must be between "
-            f"{low} and {high}, if provided."
-        )
-    return value
-
-
-def _text_token(params: Mapping, name: str) -> str | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not _TOKEN.match(value):
-        raise invalid(
-            f"Value for parameter {name} is invalid. Reason: use 1 to 128 alphanumeric or "
-            "punctuation characters."
-        )
-    return value
-
-
-def _names(params: Mapping, name: str) -> list[str]:
-    value = params.get(name) or []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise invalid(f"{name} must be a list of names.")
-    return value
-
-
-def _receipt(params: Mapping) -> str:
-    receipt = params.get("ReceiptHandle")
-    if receipt is None:
-        raise missing("ReceiptHandle")
-    if not isinstance(receipt, str) or not receipt:
-        raise SQSError("ReceiptHandleIsInvalid", "The input receipt handle is not valid.")
-    return receipt
-
-
-def _entries(params: Mapping) -> list[dict]:
-    entries = params.get("Entries")
-    if entries is None:
-        raise missing("Entries")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid("Entries must be a list of entries.")
-    if not entries:
-        raise SQSError("EmptyBatchRequest", "There should be at least one entry in the request.")
-    if len(entries) > MAX_BATCH:
-        raise SQSError(
-            "TooManyEntriesInBatchRequest",
-            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
-        )
-    seen: set[str] = set()
-    for entry in entries:
-        entry_id = entry.get("Id")
-        if not isinstance(entry_id, str) or not _BATCH_ID.match(entry_id):
-            raise SQSError(
-                "InvalidBatchEntryId",
-                "A batch entry id can only contain alphanumeric characters, hyphens and "
-                "underscores. It can be at most 80 letters long.",
-            )
-        if entry_id in seen:
-            raise SQSError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
-        seen.add(entry_id)
-    return entries
-
-
-def _failure(entry_id: str, error: SQSError) -> dict:
-    return {
-        "Id": entry_id,
-        "SenderFault": error.kind.sender,
-        "Code": error.kind.query_code,
-        "Message": error.message,
-    }
-
-
-def _make_token(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii")
-
-
-def _token(token: object) -> str | None:
-    if token is None:
-        return None
-    try:
-        name = base64.urlsafe_b64decode(str(token).encode("ascii")).decode("utf-8")
-    except (binascii.Error, ValueError, UnicodeError):
-        raise invalid("Invalid NextToken value.") from None
-    if not (qs.STANDARD_NAME.match(name) or qs.FIFO_NAME.match(name)):
-        raise invalid("Invalid NextToken value.")
-    return name

@@ -94,3 +94,13 @@ def invalid(message: str) -> SQSError:
 
 def missing(parameter: str) -> SQSError:
     return SQSError("MissingParameter", f"The request must contain the parameter {parameter}.")
+
+
+def batch_failure(entry_id: str, error: SQSError) -> dict:
+    """A batch entry that failed, as SendMessageBatch and the other batches answer it."""
+    return {
+        "Id": entry_id,
+        "SenderFault": error.kind.sender,
+        "Code": error.kind.query_code,
+        "Message": error.message,
+    }

@@ -1,0 +1,102 @@
+"""Reading an SQS action's parameters: numbers, tokens, name lists, receipt
+handles and batch entries, each refused with SQS's own error."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+
+from queuey.sqs import queues as qs
+from queuey.sqs.errors import SQSError, invalid, missing
+
+#: Most entries in one batch action (SQS's limit).
+MAX_BATCH = 10
+_BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+#: MessageGroupId and MessageDeduplicationId: 1-128 of alphanumerics and punctuation.
+_TOKEN = re.compile(r"^[!-~]{1,128}$")
+
+
+def integer(params: Mapping, name: str, low: int, high: int) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise invalid(
+            f"Value {str(value)[:40]} for parameter {name} is invalid. Reason: Must be between "
+            f"{low} and {high}, if provided."
+        )
+    return value
+
+
+def text_token(params: Mapping, name: str) -> str | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise invalid(
+            f"Value for parameter {name} is invalid. Reason: use 1 to 128 alphanumeric or "
+            "punctuation characters."
+        )
+    return value
+
+
+def names(params: Mapping, name: str) -> list[str]:
+    value = params.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(f"{name} must be a list of names.")
+    return value
+
+
+def receipt(params: Mapping) -> str:
+    receipt = params.get("ReceiptHandle")
+    if receipt is None:
+        raise missing("ReceiptHandle")
+    if not isinstance(receipt, str) or not receipt:
+        raise SQSError("ReceiptHandleIsInvalid", "The input receipt handle is not valid.")
+    return receipt
+
+
+def entries(params: Mapping) -> list[dict]:
+    entries = params.get("Entries")
+    if entries is None:
+        raise missing("Entries")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise invalid("Entries must be a list of entries.")
+    if not entries:
+        raise SQSError("EmptyBatchRequest", "There should be at least one entry in the request.")
+    if len(entries) > MAX_BATCH:
+        raise SQSError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
+        )
+    seen: set[str] = set()
+    for entry in entries:
+        entry_id = entry.get("Id")
+        if not isinstance(entry_id, str) or not _BATCH_ID.match(entry_id):
+            raise SQSError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and "
+                "underscores. It can be at most 80 letters long.",
+            )
+        if entry_id in seen:
+            raise SQSError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return entries
+
+
+def make_token(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode("utf-8")).decode("ascii")
+
+
+def read_token(token: object) -> str | None:
+    if token is None:
+        return None
+    try:
+        name = base64.urlsafe_b64decode(str(token).encode("ascii")).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeError):
+        raise invalid("Invalid NextToken value.") from None
+    if not (qs.STANDARD_NAME.match(name) or qs.FIFO_NAME.match(name)):
+        raise invalid("Invalid NextToken value.")
+    return name

@@ -1,0 +1,96 @@
+"""SendMessage's entries as Queuey messages: every SQS rule a send must pass
+(size, delay, FIFO group and deduplication ids), checked before anything is
+stored, and the digests a client verifies in the reply."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from queuey.placement import partition_for_key, random_partition
+from queuey.sqs import inputs
+from queuey.sqs import messages as msgs
+from queuey.sqs import queues as qs
+from queuey.sqs.errors import invalid, missing
+from queuey.storage import NewMessage, QueueMeta
+
+
+def new_message(
+    meta: QueueMeta, entry: Mapping, limits: qs.Limits, now_micros: int
+) -> tuple[NewMessage, dict, int]:
+    """One message to store, the reply fields known before storing, and its size."""
+    body = entry.get("MessageBody")
+    if body is None:
+        raise missing("MessageBody")
+    if not isinstance(body, str) or not body:
+        raise invalid("The request must contain a non-empty MessageBody.")
+    msgs.check_text(body, "the message body")
+    attributes = msgs.parse_attributes(entry.get("MessageAttributes"))
+    system = msgs.parse_attributes(entry.get("MessageSystemAttributes"), system=True)
+    size = len(body.encode("utf-8")) + msgs.attributes_size(attributes)
+    limit = qs.max_message_size(meta, limits)
+    if size > limit:
+        raise invalid(
+            f"One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{limit} bytes."
+        )
+    delay = inputs.integer(entry, "DelaySeconds", 0, 900)
+    if delay is not None and meta.fifo:
+        raise invalid(
+            f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
+            "include parameter that is not valid for this queue type."
+        )
+    group = inputs.text_token(entry, "MessageGroupId")
+    dedup = inputs.text_token(entry, "MessageDeduplicationId")
+    if meta.fifo:
+        if group is None:
+            raise missing("MessageGroupId")
+        if dedup is None:
+            if not qs.content_dedup(meta):
+                raise invalid(
+                    "The queue should either have ContentBasedDeduplication enabled or "
+                    "MessageDeduplicationId provided explicitly"
+                )
+            dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    elif dedup is not None:
+        raise invalid(
+            "Value for parameter MessageDeduplicationId is invalid. Reason: The request "
+            "include parameter that is not valid for this queue type."
+        )
+    ttl = min(meta.ttl, limits.max_ttl)
+    delay = meta.delay if delay is None else delay
+    if delay > ttl:
+        raise invalid(
+            f"DelaySeconds ({delay}) is longer than the queue's MessageRetentionPeriod ({ttl})."
+        )
+    dedup_id = dedup
+    if dedup is not None and qs.dedup_per_group(meta):
+        dedup_id = hashlib.sha256(f"{group}\x1f{dedup}".encode()).hexdigest()
+    trace = system.get("AWSTraceHeader")
+    message = NewMessage(
+        body=msgs.encode_body(body),
+        partition=(
+            partition_for_key(group, meta.partitions)
+            if group is not None
+            else random_partition(meta.partitions)
+        ),
+        ttl=ttl,
+        delay=delay,
+        dedup_id=dedup_id,
+        attributes=msgs.store_attributes(
+            attributes,
+            trace=trace.value if trace is not None else None,  # type: ignore[arg-type]
+            group=group,
+            dedup=dedup,
+            sent_millis=now_micros // 1000 if delay else None,
+        ),
+    )
+    reply: dict[str, Any] = {"MD5OfMessageBody": msgs.md5_hex(body.encode("utf-8"))}
+    digest = msgs.md5_of_attributes(attributes)
+    if digest:
+        reply["MD5OfMessageAttributes"] = digest
+    digest = msgs.md5_of_attributes(system)
+    if digest:
+        reply["MD5OfMessageSystemAttributes"] = digest
+    return message, reply, size
