@@ -121,6 +121,18 @@ def fill(port: int, name: str, messages: int) -> None:
     conn.close()
 
 
+def drained(got: list[set[str]], messages: int, elapsed: float) -> dict:
+    """Figures of a drain: ``got`` holds the ids each client received."""
+    received = set().union(*got)
+    return {
+        "clients": len(got),
+        "messages": len(received),
+        "duplicates": sum(map(len, got)) - len(received),
+        "missed": messages - len(received),
+        "per_second": round(len(received) / elapsed, 1),
+    }
+
+
 def receive_delete(port: int, url: str, clients: int, messages: int, timeout: float) -> dict:
     got: list[set[str]] = [set() for _ in range(clients)]
     empty_deadline = time.perf_counter() + timeout
@@ -142,15 +154,7 @@ def receive_delete(port: int, url: str, clients: int, messages: int, timeout: fl
             )
             got[index].update(m["MessageId"] for m in batch)
 
-    elapsed = run_threads(clients, work)
-    received = set().union(*got)
-    return {
-        "clients": clients,
-        "messages": len(received),
-        "duplicates": sum(map(len, got)) - len(received),
-        "missed": messages - len(received),
-        "per_second": round(len(received) / elapsed, 1),
-    }
+    return drained(got, messages, run_threads(clients, work))
 
 
 def native_reserve_ack(port: int, name: str, clients: int, messages: int, timeout: float) -> dict:
@@ -172,15 +176,7 @@ def native_reserve_ack(port: int, name: str, clients: int, messages: int, timeou
             got[index].update(m["message_id"] for m in batch)
         conn.close()
 
-    elapsed = run_threads(clients, work)
-    received = set().union(*got)
-    return {
-        "clients": clients,
-        "messages": len(received),
-        "duplicates": sum(map(len, got)) - len(received),
-        "missed": messages - len(received),
-        "per_second": round(len(received) / elapsed, 1),
-    }
+    return drained(got, messages, run_threads(clients, work))
 
 
 class CPU:

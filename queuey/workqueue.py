@@ -175,7 +175,7 @@ class WorkQueues:
         reserved = self.storage.reserve(
             queue,
             subscription,
-            partitions=list(partitions or range(1, queue.partitions + 1)),
+            partitions=list(partitions or queue.partition_numbers),
             limit=limit,
             visibility_timeout=(
                 queue.visibility_timeout if visibility_timeout is None else visibility_timeout
@@ -325,7 +325,7 @@ class WorkQueues:
         letters = self.storage.read_messages(
             dead_queue,
             ReadQuery(
-                partitions=list(range(1, dead_queue.partitions + 1)),
+                partitions=dead_queue.partition_numbers,
                 now_micros=now,
                 limit=limit,
                 order="ascending",

@@ -207,7 +207,7 @@ def plan_slices(plan: Plan) -> list[Slice]:
     """
     source = open_source(plan.connection)
     meta = source.queue(plan.application, plan.queue)
-    partitions = plan.partitions or tuple(range(1, meta.partitions + 1))
+    partitions = plan.partitions or tuple(meta.partition_numbers)
     bad = [p for p in partitions if not 1 <= p <= meta.partitions]
     if bad:
         raise ValueError(

@@ -107,7 +107,7 @@ class QueueyStreamReader(DataSourceStreamReader):
     def _partitions(self, meta: QueueMeta) -> list[int]:
         wanted = self.options.partitions
         if wanted is None:
-            return list(range(1, meta.partitions + 1))
+            return meta.partition_numbers
         bad = [p for p in wanted if p > meta.partitions]
         if bad:
             raise ConfigurationError(

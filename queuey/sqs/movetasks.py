@@ -194,7 +194,7 @@ class MoveTasks:
         newest = self.storage.read_messages(
             source,
             ReadQuery(
-                partitions=list(range(1, source.partitions + 1)),
+                partitions=source.partition_numbers,
                 now_micros=now,
                 limit=1,
                 order="descending",
@@ -219,7 +219,7 @@ class MoveTasks:
         found = self.storage.read_messages(
             source,
             ReadQuery(
-                partitions=list(range(1, source.partitions + 1)),
+                partitions=source.partition_numbers,
                 now_micros=now,
                 limit=limit,
                 order="ascending",

@@ -84,6 +84,11 @@ class QueueMeta:
     def dead_letter_name(self) -> str:
         return self.dead_letter_queue or self.name + "-dead"
 
+    @property
+    def partition_numbers(self) -> list[int]:
+        """Every partition of the queue, 1 to ``partitions``."""
+        return list(range(1, self.partitions + 1))
+
 
 @dataclass(frozen=True)
 class NewMessage:

@@ -136,7 +136,7 @@ def read_messages(request):
     messages = request.storage.read_messages(
         meta,
         ReadQuery(
-            partitions=partitions or list(range(1, meta.partitions + 1)),
+            partitions=partitions or meta.partition_numbers,
             now_micros=now,
             limit=params.limit,
             order=params.order,

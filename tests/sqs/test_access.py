@@ -10,12 +10,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import requests
-from botocore.auth import SigV4Auth, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.sqs.conftest import make_client
+from tests.sqs.signing import sign_at
 from tests.support import SQS_SECRET
 
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
@@ -59,33 +57,7 @@ def test_allowlist_applies(sqs):
 
 
 def _signed(url, app, body, headers, when, query=False, secret=SQS_SECRET, method="POST"):
-    request = AWSRequest(method=method, url=url, data=body, headers=headers)
-    credentials = Credentials(app, secret)
-    signer = (
-        SigV4QueryAuth(credentials, "sqs", "us-east-1", expires=300)
-        if query
-        else SigV4Auth(credentials, "sqs", "us-east-1")
-    )
-    real = datetime.datetime
-
-    class Frozen(real):
-        @classmethod
-        def now(cls, tz=None):
-            return when if tz is None else when.astimezone(tz)
-
-        @classmethod
-        def utcnow(cls):
-            return when.replace(tzinfo=None)
-
-    import botocore.auth
-
-    saved = botocore.auth.datetime.datetime
-    botocore.auth.datetime.datetime = Frozen
-    try:
-        signer.add_auth(request)
-    finally:
-        botocore.auth.datetime.datetime = saved
-    return request.prepare()
+    return sign_at(when, url, app, secret, body=body, headers=headers, method=method, query=query)
 
 
 @pytest.mark.parametrize("skew_minutes, ok", [(-14, True), (14, True), (-16, False), (16, False)])

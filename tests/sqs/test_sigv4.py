@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import datetime
 
-import botocore.auth
 import pytest
-from botocore.auth import SigV4Auth, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queuey.sqs import sigv4
 from queuey.sqs.errors import SQSError
+from tests.sqs.signing import sign_at
 
 pytestmark = pytest.mark.unit
 
@@ -38,30 +35,19 @@ def signed(
     expires: int = 300,
     when: datetime.datetime = WHEN,
 ) -> sigv4.SignedRequest:
-    request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    credentials = Credentials(key, secret)
-    if query:
-        signer = SigV4QueryAuth(credentials, service, "eu-west-1", expires=expires)
-    else:
-        signer = SigV4Auth(credentials, service, "eu-west-1")
-    real = datetime.datetime
-
-    class Frozen(real):
-        @classmethod
-        def now(cls, tz=None):
-            return when if tz is None else when.astimezone(tz)
-
-        @classmethod
-        def utcnow(cls):
-            return when.replace(tzinfo=None)
-
-    saved = botocore.auth.datetime.datetime
-    botocore.auth.datetime.datetime = Frozen
-    try:
-        signer.add_auth(request)
-    finally:
-        botocore.auth.datetime.datetime = saved
-    prepared = request.prepare()
+    prepared = sign_at(
+        when,
+        url,
+        key,
+        secret,
+        body=body,
+        headers=headers,
+        method=method,
+        service=service,
+        region="eu-west-1",
+        query=query,
+        expires=expires,
+    )
     path, _, raw_query = prepared.url.split("://", 1)[1].partition("/")[2].partition("?")
     host = prepared.url.split("://", 1)[1].split("/", 1)[0]
     headers = {"Host": host, **dict(prepared.headers)}

@@ -67,7 +67,7 @@ def _started(readers: list) -> list:
 
 
 def queue_stats(work: WorkQueues, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
-    parts = list(range(1, queue.partitions + 1))
+    parts = queue.partition_numbers
     readers = _started([_reader(work, c, queue, p, 0, None, now, False) for p in parts])
     partitions = []
     for p, reader in zip(parts, readers, strict=True):

@@ -42,7 +42,7 @@ def queue_stats(conn: sqlite3.Connection, queue: QueueMeta, now: int) -> QueueSt
     """Counts of ``queue`` as of ``now`` (run inside a read transaction)."""
     inc = queue.incarnation
     visible = max(now, last_ts(conn))
-    parts = range(1, queue.partitions + 1)
+    parts = queue.partition_numbers
     partitions = []
     for part in parts:
         count, oldest = conn.execute(
@@ -77,7 +77,7 @@ def _subscription(
     available = in_flight = dead = 0
     delayed = not_due
     oldest = None
-    for part in range(1, queue.partitions + 1):
+    for part in queue.partition_numbers:
         count, first = conn.execute(_NEW, (name, queue.incarnation, part, visible, now)).fetchone()
         available += count
         oldest = _min(oldest, first)
