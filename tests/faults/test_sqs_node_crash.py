@@ -21,12 +21,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.support import SQS_SECRET, wait_until
+from tests.sqs.conftest import make_client
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,13 +35,8 @@ VISIBILITY = 4  # seconds a received message stays leased
 
 
 def sqs_client(url: str, application: str):
-    return boto3.session.Session(
-        aws_access_key_id=application, aws_secret_access_key=SQS_SECRET, region_name="us-east-1"
-    ).client(
-        "sqs",
-        endpoint_url=url,
-        config=Config(retries={"max_attempts": 0}, connect_timeout=2, read_timeout=10),
-    )
+    """A JSON-protocol client that fails fast on a dead node (no retries)."""
+    return make_client(url, application, "json", connect_timeout=2, read_timeout=10)
 
 
 class Unanswered(Exception):

@@ -44,7 +44,7 @@ def make_client(url: str, access_key: str, protocol: str, secret: str = SQS_SECR
     client = session.client(
         "sqs",
         endpoint_url=url,
-        config=Config(retries={"max_attempts": 0}, read_timeout=30, **config),
+        config=Config(**{"retries": {"max_attempts": 0}, "read_timeout": 30, **config}),
     )
     assert client.meta.service_model.protocol == protocol
     return client
