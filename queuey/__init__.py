@@ -19,6 +19,7 @@ from pyramid.request import Request
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
 from queuey.errors import ConfigurationError
+from queuey.overview import Overview
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
 from queuey.web.coordination import Coordination
@@ -66,6 +67,15 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     registry.clock = clock
     registry.queue_cache = QueueCache(parsed.metadata_cache_seconds)
     registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
+    registry.overview = Overview(
+        storage,
+        clock,
+        lambda: registry.applications.keys(),
+        interval=parsed.stats_interval,
+        max_age=parsed.stats_max_age,
+        budget=parsed.stats_budget,
+        max_queues=parsed.stats_max_queues,
+    )
 
     config.set_request_factory(QueueyRequest)
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from queuey import ids
-from queuey.coerce import as_list
+from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
 
 T = TypeVar("T")
@@ -44,6 +44,15 @@ DEFAULTS: dict[str, str] = {
     "queuey.sqs.region": "us-east-1",
     "queuey.sqs.partitions": "4",
     "queuey.sqs.fifo_partitions": "16",
+    "queuey.stats.interval": "10",
+    "queuey.stats.max_age": "30",
+    "queuey.stats.budget": "2",
+    "queuey.stats.max_queues": "5000",
+    "queuey.groups.root": "/queuey/groups",
+    "queuey.admin.enabled": "true",
+    "queuey.admin.secret": "",
+    "queuey.admin.secure_cookie": "false",
+    "queuey.admin.session_seconds": "3600",
 }
 
 #: An AWS region name as it appears in an ARN.
@@ -98,6 +107,22 @@ class Settings:
     #: Partitions of a standard / FIFO queue created through the SQS endpoint.
     sqs_partitions: int
     sqs_fifo_partitions: int
+    #: The operators' overview (:mod:`queuey.overview`): seconds between
+    #: refresher passes, age at which a queue's figures are measured again,
+    #: seconds of measuring per pass, most queues watched.
+    stats_interval: float
+    stats_max_age: float
+    stats_budget: float
+    stats_max_queues: int
+    #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.group`).
+    groups_root: str
+    #: The admin pages at ``/admin/`` (:mod:`queuey.admin`): served at all,
+    #: the secret signing their session cookies (random per process when
+    #: empty), cookies sent over HTTPS only, seconds a sign-in lasts.
+    admin_enabled: bool
+    admin_secret: str
+    admin_secure_cookie: bool
+    admin_session_seconds: int
     raw: Mapping[str, Any]
 
     @property
@@ -168,6 +193,15 @@ def load_settings(
         sqs_fifo_partitions=_get(
             raw, "queuey.sqs.fifo_partitions", int, lambda v: 1 <= v <= max_partitions
         ),
+        stats_interval=_get(raw, "queuey.stats.interval", float, lambda v: v >= 0),
+        stats_max_age=_get(raw, "queuey.stats.max_age", float, lambda v: v >= 0),
+        stats_budget=_get(raw, "queuey.stats.budget", float, lambda v: v > 0),
+        stats_max_queues=_get(raw, "queuey.stats.max_queues", int, lambda v: v >= 1),
+        groups_root=_get(raw, "queuey.groups.root", str, lambda v: v.startswith("/")),
+        admin_enabled=_get(raw, "queuey.admin.enabled", as_bool),
+        admin_secret=str(raw["queuey.admin.secret"]),
+        admin_secure_cookie=_get(raw, "queuey.admin.secure_cookie", as_bool),
+        admin_session_seconds=_get(raw, "queuey.admin.session_seconds", int, lambda v: v >= 60),
         raw=raw,
     )
     if not parsed.applications_file:

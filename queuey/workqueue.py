@@ -122,13 +122,15 @@ def redrive_dedup_id(source_queue: str, message_id: str) -> str:
 
 
 class WorkQueues:
-    """Reserve, ack, release, extend, stats and redrive for one storage.
+    """Post, reserve, ack, release, extend, stats and redrive for one storage.
 
     ``read_delay_micros`` is the service's read delay: a reservation never
     records its subscription as past a message younger than that (it could
     still be in flight). ``on_available(application, queue)`` is called when
-    messages became available at once (a release without delay, a redrive),
-    so long polls on this process can wake.
+    messages became available at once (a post or release without delay, a
+    redrive), so long polls on this process can wake. ``on_posted(queue,
+    count)`` and ``on_acked(queue, count)`` feed the metrics and the
+    operators' overview.
     """
 
     def __init__(
@@ -140,6 +142,8 @@ class WorkQueues:
         read_delay_micros: int = 0,
         cache: MetadataCache | None = None,
         on_available: Callable[[str, str], None] | None = None,
+        on_posted: Callable[[QueueMeta, int], None] | None = None,
+        on_acked: Callable[[QueueMeta, int], None] | None = None,
     ) -> None:
         self.storage = storage
         self.clock = clock
@@ -147,6 +151,8 @@ class WorkQueues:
         self.read_delay_micros = read_delay_micros
         self.cache: MetadataCache = cache or NoCache()
         self.on_available = on_available or (lambda application, name: None)
+        self.on_posted = on_posted or (lambda queue, count: None)
+        self.on_acked = on_acked or (lambda queue, count: None)
 
     # -- queues -----------------------------------------------------------------
     def get_queue(self, application: str, name: str) -> QueueMeta:
@@ -159,6 +165,16 @@ class WorkQueues:
     def delete_queue(self, queue: QueueMeta) -> None:
         with self.cache.changing(queue.application, queue.name):
             self.storage.delete_queue(queue.application, queue.name)
+
+    # -- messages ---------------------------------------------------------------
+    def post(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
+        """Store messages (see :meth:`Storage.put_messages`) and wake this
+        process's long polls when one is due now."""
+        stored = self.storage.put_messages(queue, messages)
+        self.on_posted(queue, len(stored))
+        if any(message.delay == 0 for message in messages):
+            self.on_available(queue.application, queue.name)
+        return stored
 
     # -- leases -----------------------------------------------------------------
     def reserve(
@@ -189,7 +205,9 @@ class WorkQueues:
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str]
     ) -> dict[str, ReceiptStatus]:
-        return self.storage.ack(queue, subscription, receipts, self.clock.now_micros())
+        statuses = self.storage.ack(queue, subscription, receipts, self.clock.now_micros())
+        self.on_acked(queue, sum(1 for status in statuses.values() if status == "acked"))
+        return statuses
 
     def release(
         self,

@@ -49,7 +49,6 @@ class SQSService:
         clock: Clock,
         settings: Settings,
         long_polls: LongPolls,
-        on_posted: Callable[[int], None] = lambda n: None,
         on_received: Callable[[int], None] = lambda n: None,
     ) -> None:
         self.storage = storage
@@ -58,7 +57,6 @@ class SQSService:
         self.settings = settings
         self.long_polls = long_polls
         self.limits = qs.Limits(settings.max_message_size, settings.max_ttl)
-        self.on_posted = on_posted
         self.on_received = on_received
         self.moves = MoveTasks(storage, workqueues, clock)
         self.handlers: dict[str, Callable[[Caller, dict], dict]] = {
@@ -297,10 +295,7 @@ class SQSService:
 
     # -- sending --------------------------------------------------------------
     def _store(self, meta: QueueMeta, batch: Sequence[NewMessage], replies: list[dict]) -> None:
-        stored = self.storage.put_messages(meta, batch)
-        self.on_posted(len(stored))
-        if any(m.delay == 0 for m in batch):
-            self.long_polls.notify(meta.application, meta.name)
+        stored = self.work.post(meta, batch)
         for message, reply in zip(stored, replies, strict=True):
             reply["MessageId"] = str(message.id)
             if meta.fifo:

@@ -131,7 +131,6 @@ def includeme(config) -> None:
         registry.clock,
         settings,
         registry.long_polls,
-        on_posted=registry.metrics.messages_posted,
         on_received=registry.metrics.messages_reserved,
     )
     for name, pattern in ROUTES:

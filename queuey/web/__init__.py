@@ -46,6 +46,16 @@ def includeme(config) -> None:
         on_refused=registry.metrics.reserve_wait_refused.inc,
     )
     registry.metrics.reserve_waiting.set_function(lambda: registry.long_polls.waiting)
+    metrics, overview = registry.metrics, registry.overview
+
+    def posted(queue, count):
+        metrics.posted.inc(count)
+        overview.count(queue, posted=count)
+
+    def acked(queue, count):
+        metrics.acked.inc(count)
+        overview.count(queue, acked=count)
+
     registry.workqueues = WorkQueues(
         registry.storage,
         registry.clock,
@@ -53,4 +63,6 @@ def includeme(config) -> None:
         read_delay_micros=settings.read_delay_micros,
         cache=registry.queue_cache,
         on_available=registry.long_polls.notify,
+        on_posted=posted,
+        on_acked=acked,
     )

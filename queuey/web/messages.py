@@ -77,11 +77,8 @@ def _new_message(
 
 
 def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
-    """Store ``messages``, and wake this process's long polls when one is due now."""
-    stored = request.storage.put_messages(meta, messages)
-    request.metrics.messages_posted(len(stored))
-    if any(message.delay == 0 for message in messages):
-        request.registry.long_polls.notify(meta.application, meta.name)
+    """Store ``messages`` and answer with their ids."""
+    stored = request.registry.workqueues.post(meta, messages)
     return ok(201, messages=[message_ref(m) for m in stored])
 
 

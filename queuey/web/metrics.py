@@ -71,17 +71,11 @@ class Metrics:
             registry=self.registry,
         )
 
-    def messages_posted(self, count: int) -> None:
-        self.posted.inc(count)
-
     def messages_read(self, count: int) -> None:
         self.read.inc(count)
 
     def messages_reserved(self, count: int) -> None:
         self.reserved.inc(count)
-
-    def messages_acked(self, count: int) -> None:
-        self.acked.inc(count)
 
     def messages_released(self, count: int) -> None:
         self.released.inc(count)

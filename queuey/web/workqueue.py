@@ -68,7 +68,6 @@ def ack(request):
     params = validate(request.models.ack, json_body(request, _body_limit(request)))
     statuses = request.registry.workqueues.ack(meta, params.subscription, params.receipts)
     acked, failed = _outcome(statuses)
-    request.metrics.messages_acked(acked)
     return ok(acked=acked, failed=failed)
 
 
