@@ -19,6 +19,7 @@ from pyramid.request import Request
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
 from queuey.errors import ConfigurationError
+from queuey.groups import Groups
 from queuey.overview import Overview
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
@@ -76,6 +77,17 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
         budget=parsed.stats_budget,
         max_queues=parsed.stats_max_queues,
     )
+    registry.groups = None
+    if parsed.zookeeper_hosts:
+        registry.groups = Groups(
+            parsed.zookeeper_hosts,
+            parsed.groups_root,
+            storage,
+            clock,
+            lambda: registry.applications.keys(),
+            max_age=parsed.stats_max_age,
+        )
+        registry.overview.after_pass.append(registry.groups.refresh)
 
     config.set_request_factory(QueueyRequest)
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from queuey.clock import Clock
-from queuey.errors import QueueNotFound, ServiceError
+from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
 from queuey.storage import PartitionStats, QueueMeta, Storage, SubscriptionStats
 
@@ -140,6 +140,8 @@ class Overview:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._last_error = 0.0
+        #: Called after every refresher pass (the consumer groups' refresh).
+        self.after_pass: list[Callable[[], None]] = []
 
     # -- reading the cache -----------------------------------------------------
     def queues(self, application: str) -> list[tuple[QueueMeta, QueueFigures | None]]:
@@ -238,12 +240,13 @@ class Overview:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.refresh_pass()
-            except (ServiceError, OSError) as exc:
-                if time.monotonic() - self._last_error > 60:
-                    self._last_error = time.monotonic()
-                    log.warning("queue figures not refreshed: %s", exc)
+            for step in (self.refresh_pass, *self.after_pass):
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001 - the refresher must outlive any failure
+                    if time.monotonic() - self._last_error > 60:
+                        self._last_error = time.monotonic()
+                        log.warning("operators' figures not refreshed: %s", exc)
             self._stop.wait(self.interval)
 
     # -- inside ----------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Layout under ``<root>/<group>/`` (the root defaults to ``/queuey/groups``)::
 
-    members/<member-id>               ephemeral  {"member", "host", "pid", "started"}
+    members/<member-id>               ephemeral  {"member", "host", "pid", "started",
+                                                 "application" (when known)}
     owners/<queue>/<partition>        ephemeral  {"member", "session"}
     checkpoints/<queue>/<partition>   persistent {"message_id", "timestamp", "member", "committed"}
 
@@ -76,6 +77,8 @@ class ConsumerGroup(GroupMember):
     seconds (see :class:`~queuey.client.discovery.QueueDiscovery`). ``mirror``: an optional
     ``(QueueyClient, consumer name)`` to copy checkpoints to the HTTP
     checkpoint API and to read them from there when ZooKeeper has none.
+    ``application``: the Queuey application whose queues the group consumes,
+    written in the member node so operators see the group under it.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class ConsumerGroup(GroupMember):
         member_id: str | None = None,
         mirror: tuple[QueueyClient, str] | None = None,
         connect_timeout: float = 30.0,
+        application: str | None = None,
     ) -> None:
         if not group or "/" in group:
             raise ValueError(f"bad group name {group!r}")
@@ -102,6 +106,7 @@ class ConsumerGroup(GroupMember):
             member_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
             session_timeout=session_timeout,
             connect_timeout=connect_timeout,
+            application=application,
         )
         self.discover = discover
         self.rebalance_timeout = rebalance_timeout

@@ -63,8 +63,10 @@ class GroupMember:
         *,
         session_timeout: float,
         connect_timeout: float,
+        application: str | None = None,
     ) -> None:
         self.hosts = hosts
+        self.application = application
         self.group = group
         self.base = base
         self.member_id = member_id
@@ -185,6 +187,7 @@ class GroupMember:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "started": time.time(),
+                **({"application": self.application} if self.application else {}),
             }
         ).encode()
         try:

@@ -136,6 +136,7 @@ class Worker:
             discovery_interval=config.discovery_interval,
             member_id=member_id,
             mirror=(self.client, config.group) if config.mirror_checkpoints else None,
+            application=self.client.application,
         )
         self.stats = WorkerStats()
         self._stop = threading.Event()
