@@ -15,6 +15,7 @@ REQUIRES = [
     "requests>=2.31,<3",
     "prometheus_client>=0.20,<1",
     "pydantic>=2.7,<3",
+    "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.1",
@@ -30,6 +31,7 @@ TEST_REQUIRES = SPARK_REQUIRES + [
     "schemathesis>=4.30,<5",
     "boto3>=1.40,<2",  # tests/sqs: the SQS endpoint driven by real AWS clients
     "awscli>=1.42,<2",
+    "selenium>=4.20,<5",  # tests/admin: the admin pages in headless Chromium
 ]
 DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",
@@ -48,6 +50,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(exclude=["tests", "tests.*"]),
     include_package_data=True,
+    package_data={"queuey.admin": ["templates/*.jinja2", "static/*"]},
     zip_safe=False,
     install_requires=REQUIRES,
     extras_require={
