@@ -16,6 +16,7 @@ REQUIRES = [
     "prometheus_client>=0.20,<1",
     "pydantic>=2.7,<3",
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
+    "rich>=13.7,<16",  # the queuey CLI: tables and progress bars
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.1",
