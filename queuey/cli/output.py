@@ -1,0 +1,53 @@
+"""Where the commands write: rich consoles for tables and progress bars.
+
+Tables go to stdout; progress bars go to stderr, and only when stderr is a
+terminal, so redirected output and logs stay clean.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+#: Widest table written when stdout is not a terminal (a pipe or a file).
+PIPE_WIDTH = 200
+
+
+def stdout_console() -> Console:
+    console = Console(file=sys.stdout, highlight=False)
+    if not console.is_terminal:
+        console = Console(file=sys.stdout, highlight=False, width=PIPE_WIDTH)
+    return console
+
+
+@contextmanager
+def progress_bar(
+    description: str, total: int | None, quiet: bool
+) -> Iterator[tuple[Progress, TaskID]]:
+    """A progress bar on stderr; a disabled one when ``quiet`` or stderr is no terminal."""
+    console = Console(file=sys.stderr)
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet or not console.is_terminal,
+    )
+    with progress:
+        task = progress.add_task(description, total=total, rate="")
+        yield progress, task
