@@ -27,6 +27,7 @@ BENCHMARKS = [
     "durability.py",
     "workqueue.py",
     "sqs.py",
+    "scrape.py",
     "rabbitmq.py",
 ]
 SHARING = (

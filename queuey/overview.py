@@ -140,14 +140,18 @@ class Overview:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._last_error = 0.0
+        self._discovered = False
         #: Called after every refresher pass (the consumer groups' refresh).
         self.after_pass: list[Callable[[], None]] = []
 
     # -- reading the cache -----------------------------------------------------
     def queues(self, application: str) -> list[tuple[QueueMeta, QueueFigures | None]]:
         """The application's watched queues by name, each with its figures
-        (``None`` for a queue not measured yet)."""
+        (``None`` for a queue not measured yet). The first call lists the
+        queues itself rather than wait for the refresher's first pass."""
         self.start()
+        if not self._discovered:
+            self._discover()
         with self._lock:
             found = [
                 (e.meta, e.figures) for (app, _), e in self._entries.items() if app == application
@@ -276,6 +280,7 @@ class Overview:
                 elif entry.meta.incarnation != meta.incarnation or entry.meta != meta:
                     entry.meta = meta
             self.unwatched = unwatched
+            self._discovered = True
 
     def _entry(self, meta: QueueMeta) -> _Entry | None:
         key = (meta.application, meta.name)

@@ -11,7 +11,9 @@ import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 from pyramid.response import Response
 from pyramid.view import view_config
 
@@ -87,6 +89,87 @@ class Metrics:
         self.dead_lettered.inc(count)
 
 
+class QueueCollector(Collector):
+    """Per-queue and per-group gauges, read from the operators' caches.
+
+    A scrape never touches storage or ZooKeeper: it copies what the refresher
+    of :class:`queuey.overview.Overview` last measured, so its cost grows with
+    the number of watched queues (at most ``queuey.stats.max_queues``, which
+    also bounds the label sets), not with the messages they hold.
+    """
+
+    QUEUE_GAUGES = (
+        ("queuey_queue_depth", "Live messages in the queue", "depth"),
+        ("queuey_queue_in_flight", "Messages leased and not yet acked", "in_flight"),
+        ("queuey_queue_delayed", "Messages waiting for their delivery delay", "delayed"),
+        ("queuey_queue_dead_lettered", "Messages moved to the dead-letter queue", "dead_lettered"),
+        ("queuey_queue_oldest_age_seconds", "Age of the oldest live message", "oldest_age"),
+    )
+
+    def __init__(self, overview, groups) -> None:
+        self.overview = overview
+        self.groups = groups
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        labels = ["application", "queue"]
+        families = [
+            (GaugeMetricFamily(name, text, labels=labels), attr)
+            for name, text, attr in self.QUEUE_GAUGES
+        ]
+        measured = GaugeMetricFamily(
+            "queuey_queue_measured_timestamp_seconds",
+            "When the queue's figures were measured",
+            labels=labels,
+        )
+        for figures in self.overview.all_figures():
+            key = [figures.application, figures.name]
+            for family, attr in families:
+                value = getattr(figures, attr)
+                if value is not None:
+                    family.add_metric(key, value)
+            measured.add_metric(key, figures.measured / 1e6)
+        yield from (family for family, _ in families)
+        yield measured
+        yield GaugeMetricFamily(
+            "queuey_queues_unwatched",
+            "Queues beyond queuey.stats.max_queues, left out of the per-queue gauges",
+            value=self.overview.unwatched,
+        )
+        yield GaugeMetricFamily(
+            "queuey_stats_refresh_seconds",
+            "Seconds the last refresher pass spent measuring queues",
+            value=self.overview.last_pass_seconds,
+        )
+        if self.groups is None:
+            return
+        group_labels = ["application", "group", "queue", "partition"]
+        lag = GaugeMetricFamily(
+            "queuey_group_lag_messages",
+            "Live messages after the group's checkpoint (a lower bound at 1000)",
+            labels=group_labels,
+        )
+        lag_seconds = GaugeMetricFamily(
+            "queuey_group_lag_seconds",
+            "Age of the oldest message the group has not processed",
+            labels=group_labels,
+        )
+        members = GaugeMetricFamily(
+            "queuey_group_members", "Live members of the group", labels=["application", "group"]
+        )
+        for group in self.groups.cached():
+            members.add_metric([group.application, group.name], len(group.members))
+            for p in group.partitions:
+                key = [group.application, group.name, p.queue, str(p.partition)]
+                if p.lag_messages is not None:
+                    lag.add_metric(key, p.lag_messages)
+                if p.lag_seconds is not None:
+                    lag_seconds.add_metric(key, p.lag_seconds)
+        yield from (lag, lag_seconds, members)
+
+
 def metrics_tween_factory(handler, registry):
     metrics: Metrics = registry.metrics
 
@@ -124,5 +207,7 @@ def metrics_view(request):
 
 
 def includeme(config) -> None:
-    config.registry.metrics = Metrics()
+    registry = config.registry
+    registry.metrics = Metrics()
+    registry.metrics.registry.register(QueueCollector(registry.overview, registry.groups))
     config.add_tween("queuey.web.metrics.metrics_tween_factory")

@@ -1,0 +1,136 @@
+"""What a Prometheus scrape costs on a node watching many queues.
+
+    python bench/scrape.py [--backend sqlite|cassandra|both] [--queues 1000]
+                           [--messages 10] [--scrapes 50]
+
+For each backend: one ``pserve`` process (the settings of ``bench/api.py``,
+default ``queuey.stats.*``), ``--queues`` queues of 2 partitions holding
+``--messages`` messages each. The first scrape starts the node's refresher;
+the benchmark waits until every queue has its gauges (how long the refresher
+took to measure them all), then times ``--scrapes`` scrapes of ``/metrics``
+one after another and reports the median and 95th percentile latency, the
+server CPU per scrape and the exposition's size. It also reports the CPU the
+refresher costs the idle node per minute. Prints one JSON object on stdout.
+Not a test: compare medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.api import Server, request  # noqa: E402
+
+SERIES = "queuey_queue_depth{"
+
+
+def log(message: str) -> None:
+    print(f"[scrape] {message}", file=sys.stderr, flush=True)
+
+
+def cpu(server: Server) -> float:
+    times = server.ps.cpu_times()
+    return times.user + times.system
+
+
+def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    conn.request("GET", "/metrics")
+    response = conn.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"/metrics answered {response.status}")
+    return time.perf_counter() - started, body
+
+
+def fill(port: int, queues: int, messages: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    batch = json.dumps({"messages": [{"body": {"n": n}} for n in range(messages)]})
+    run = uuid.uuid4().hex[:6]  # the Cassandra keyspace outlives a run
+    for q in range(queues):
+        name = f"scrape-{run}-{q:05d}"
+        status, data = request(
+            conn, "POST", "/queue", json.dumps({"queue_name": name, "partitions": 2})
+        )
+        if status != 201:
+            raise RuntimeError(f"create {name}: {status} {data[:200]!r}")
+        if messages:
+            status, data = request(conn, "POST", f"/queue/{name}/batch", batch)
+            if status != 201:
+                raise RuntimeError(f"post {name}: {status} {data[:200]!r}")
+    conn.close()
+
+
+def run_backend(backend: str, args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="queuey-scrape-") as tmp:
+        server = Server(backend, Path(tmp))
+        try:
+            started = time.monotonic()
+            fill(server.port, args.queues, args.messages)
+            log(f"{backend}: {args.queues} queues filled in {time.monotonic() - started:.1f}s")
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            started = time.monotonic()
+            while True:
+                _, body = scrape(conn)
+                if body.count(SERIES.encode()) >= args.queues:
+                    break
+                if time.monotonic() - started > 900:
+                    raise TimeoutError("the refresher did not measure every queue in 15 min")
+                time.sleep(0.5)
+            measured_all = time.monotonic() - started
+            log(f"{backend}: every queue measured {measured_all:.1f}s after the first scrape")
+
+            # The refresher's own cost on an idle node: CPU over a minute, no requests.
+            idle_cpu_before, idle_started = cpu(server), time.monotonic()
+            time.sleep(args.idle)
+            idle_cpu = (cpu(server) - idle_cpu_before) / (time.monotonic() - idle_started) * 60
+
+            latencies = []
+            cpu_before = cpu(server)
+            for _ in range(args.scrapes):
+                elapsed, body = scrape(conn)
+                latencies.append(elapsed)
+            cpu_per_scrape = (cpu(server) - cpu_before) / args.scrapes
+            conn.close()
+            latencies.sort()
+            return {
+                "queues": args.queues,
+                "messages_per_queue": args.messages,
+                "every_queue_measured_seconds": round(measured_all, 1),
+                "scrape_median_ms": round(statistics.median(latencies) * 1000, 2),
+                "scrape_p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2),
+                "server_cpu_ms_per_scrape": round(cpu_per_scrape * 1000, 2),
+                "exposition_bytes": len(body),
+                "queue_series": body.count(SERIES.encode()),
+                "refresher_cpu_seconds_per_minute_idle": round(idle_cpu, 2),
+            }
+        finally:
+            server.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "cassandra", "both"], default="both")
+    parser.add_argument("--queues", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--scrapes", type=int, default=50)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU sampling")
+    args = parser.parse_args()
+    backends = ["sqlite", "cassandra"] if args.backend == "both" else [args.backend]
+    results = {backend: run_backend(backend, args) for backend in backends}
+    print(json.dumps({"benchmark": "scrape", "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
