@@ -87,7 +87,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
             lambda: registry.applications.keys(),
             max_age=parsed.stats_max_age,
         )
-        registry.overview.after_pass.append(registry.groups.refresh)
+        registry.overview.after_pass.append(registry.groups.refresh_if_stale)
 
     config.set_request_factory(QueueyRequest)
     config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)

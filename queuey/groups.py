@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 #: Messages counted after a checkpoint (one read); a lag of this many is a
 #: lower bound, and ``lag_seconds`` tells how far behind the group is.
 LAG_CAP = 1000
-#: Most groups read per refresh, and most partitions per group.
-MAX_GROUPS = 500
-MAX_PARTITIONS = 2000
+#: Most groups read per refresh, and most (queue, partition) pairs in all of
+#: them: these bound a refresh's work and the metrics' label sets.
+MAX_GROUPS = 200
+MAX_PARTITIONS = 10_000
 
 
 class GroupsUnavailable(Exception):
@@ -155,6 +156,7 @@ class Groups:
         self._refresh_lock = threading.Lock()
         self._found: dict[str, list[GroupFigures]] = {}
         self._refreshed: float | None = None  # monotonic
+        self._room = MAX_PARTITIONS  # (queue, partition) pairs left in this refresh
         #: Wall seconds the last refresh took.
         self.last_refresh_seconds = 0.0
 
@@ -164,17 +166,21 @@ class Groups:
 
         Raises :class:`GroupsUnavailable` when ZooKeeper does not answer and
         nothing was read before."""
-        if self._refreshed is None or time.monotonic() - self._refreshed > self.max_age:
-            try:
-                self.refresh()
-            except GroupsUnavailable:
-                if self._refreshed is None:
-                    raise
+        try:
+            self.refresh_if_stale()
+        except GroupsUnavailable:
+            if self._refreshed is None:
+                raise
         return list(self._found.get(application, []))
 
     def cached(self) -> list[GroupFigures]:
         """Every group matched to an application, as last read (for metrics)."""
         return [g for groups in self._found.values() for g in groups]
+
+    def refresh_if_stale(self) -> None:
+        """:meth:`refresh` when the last one is older than ``max_age``."""
+        if self._refreshed is None or time.monotonic() - self._refreshed > self.max_age:
+            self.refresh()
 
     def refresh(self) -> None:
         """Read every group from ZooKeeper and compute its lag."""
@@ -183,6 +189,7 @@ class Groups:
             raw = self._read_all()
             queues = self._queues_by_name()
             found: dict[str, list[GroupFigures]] = {}
+            self._room = MAX_PARTITIONS
             for group in raw:
                 application = self._application_of(group, queues)
                 if application is None:
@@ -245,7 +252,7 @@ class Groups:
         for kind in ("owners", "checkpoints"):
             for queue in sorted(self._children(zk, f"{base}/{kind}")):
                 for child in self._children(zk, f"{base}/{kind}/{queue}"):
-                    if not child.isdigit() or len(owners) + len(checkpoints) >= MAX_PARTITIONS:
+                    if not child.isdigit() or len(owners) + len(checkpoints) >= 2 * MAX_PARTITIONS:
                         continue
                     with contextlib.suppress(NoNodeError):
                         data, _ = zk.get(f"{base}/{kind}/{queue}/{child}")
@@ -306,7 +313,9 @@ class Groups:
             if meta is not None:  # every partition of a consumed queue has a lag
                 keys.update((queue, p) for p in meta.partition_numbers)
         partitions = []
-        for queue, partition in sorted(keys)[:MAX_PARTITIONS]:
+        kept = sorted(keys)[: max(0, self._room)]
+        self._room -= len(kept)
+        for queue, partition in kept:
             checkpoint = group.checkpoints.get((queue, partition))
             lag = self._lag(metas.get(queue), partition, checkpoint)
             partitions.append(
