@@ -84,8 +84,10 @@ def decode(line: bytes) -> Record:
     """The record of one line (``BadLine`` says what is wrong with it)."""
     try:
         data = json.loads(line)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise BadLine(f"not JSON ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError:  # UnicodeDecodeError, or a number too long to convert
+        raise BadLine("not JSON in UTF-8") from None
     if not isinstance(data, dict):
         raise BadLine("not a JSON object")
     body = data.get("body")

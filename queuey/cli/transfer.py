@@ -35,7 +35,7 @@ from queuey.cli.arguments import at_most, positive
 from queuey.cli.errors import CommandError
 from queuey.cli.output import progress_bar
 from queuey.cli.records import BadLine, Record, cut_partial_line, decode, encode
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.remote import connect, connection_parent, describe
 from queuey.client.errors import BadRequest, ClientError
 from queuey.client.http import QueueyClient
 from queuey.limits import MAX_READ
@@ -123,8 +123,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                         bar.update(task, advance=len(page), rate=f"{rate:,.0f}/s")
                     since = None
         except ClientError as exc:
-            exc.args = (f"{exc} (after {written} message(s); rerun with --resume to go on)",)
-            raise
+            raise CommandError(
+                f"{describe(exc)} (after {written} message(s); rerun with --resume to go on)"
+            ) from None
     if not args.quiet:
         seconds = time.monotonic() - started
         where = "stdout" if args.output == "-" else args.output
@@ -266,9 +267,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             if batch:
                 flush()
         except ClientError as exc:
-            hint = f"; rerun the same command to go on from line {state.line + 1}"
-            exc.args = (f"{exc} ({state.imported} message(s) imported{hint})",)
-            raise
+            raise CommandError(
+                f"{describe(exc)} ({state.imported} message(s) imported; "
+                f"rerun the same command to go on from line {state.line + 1})"
+            ) from None
     state.done = True
     if state_path is not None:
         state.save(state_path)
