@@ -5,6 +5,13 @@ application) and ``ApplicationKey`` (checked in constant time). The client
 address is the socket peer, or, when the peer is a trusted proxy, the last
 untrusted address in ``X-Forwarded-For``.
 
+Routes whose context says ``session_identity = True`` (the admin pages,
+:mod:`queuey.admin`) take the application from a signed-in session instead:
+``registry.session_sign_ins`` (a :class:`SessionSignIns`) says which
+application, if any, the session's key still opens. Headers count for nothing
+there and the session for nothing elsewhere; the address allowlist applies to
+both on every request.
+
 Permissions:
 
 * :attr:`Permission.READ` - reading a queue. Public queues need only a known
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol
 
 from pyramid.interfaces import ISecurityPolicy
 from pyramid.security import Allowed, Denied
@@ -36,6 +44,8 @@ class Identity:
     application: Application
     key_valid: bool
     client_addr: str | None
+    #: True when a signed-in session named the application (the admin pages).
+    from_session: bool = False
 
     @property
     def address_allowed(self) -> bool:
@@ -65,9 +75,34 @@ def client_address(request, trusted_proxies) -> str | None:
     return hops[0] if hops else peer
 
 
+class SessionSignIns(Protocol):
+    """Who a signed-in session is (:class:`queuey.admin.session.SignIns`)."""
+
+    def application(self, request) -> Application | None:
+        """The session's application while the key it signed in with is still
+        configured, else ``None``."""
+
+
+def uses_session(request) -> bool:
+    """Whether this request's route identifies callers by their session."""
+    return getattr(getattr(request, "context", None), "session_identity", False)
+
+
 @implementer(ISecurityPolicy)
 class QueueySecurityPolicy:
     def identity(self, request) -> Identity | None:
+        if uses_session(request):
+            app = request.registry.session_sign_ins.application(request)
+            if app is None:
+                return None
+            return Identity(
+                application=app,
+                key_valid=True,
+                client_addr=client_address(
+                    request, request.registry.queuey_settings.trusted_proxies
+                ),
+                from_session=True,
+            )
         name = request.headers.get("X-Application-Name")
         app = request.registry.applications.get(name) if name else None
         if app is None:
@@ -85,6 +120,8 @@ class QueueySecurityPolicy:
     def permits(self, request, context, permission):
         identity = request.identity
         if identity is None:
+            if uses_session(request):
+                return Refused(401, "session", "sign in first")
             if not request.headers.get("X-Application-Name"):
                 return Refused(
                     401, "X-Application-Name", "the X-Application-Name header is missing"
