@@ -96,6 +96,8 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     config.include("queuey.web.security")
     config.include("queuey.web")
     config.include("queuey.sqs.views")
+    if parsed.admin_enabled:
+        config.include("queuey.admin")
     config.scan("queuey.web")
     log.info("queuey ready: storage=%s", parsed.storage_backend)
     return config.make_wsgi_app()

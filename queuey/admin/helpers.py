@@ -1,0 +1,79 @@
+"""What every admin template may use: the signed-in application, flash
+messages, and formatting of counts, ages, times and message bodies."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from pyramid.events import BeforeRender
+
+from queuey.ids import MICROS
+
+#: Longest body shown pretty-printed in full; longer ones are cut with a note.
+MAX_SHOWN_BODY = 20_000
+
+
+def age(seconds: float | None) -> str:
+    """``42 s``, ``3 min``, ``5 h``, ``2 d`` (``-`` for none)."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def when(micros: int | None) -> str:
+    """A timestamp in UTC to the second, ISO-like (``-`` for none)."""
+    if micros is None:
+        return "-"
+    moment = datetime.fromtimestamp(micros / MICROS, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def epoch(seconds: float | None) -> str:
+    return "-" if seconds is None else when(int(seconds * MICROS))
+
+
+def pretty(body: str) -> str:
+    """A stored JSON body indented for reading (autoescaped by the template)."""
+    try:
+        text = json.dumps(json.loads(body), indent=2, ensure_ascii=False, sort_keys=False)
+    except ValueError:
+        text = body
+    if len(text) > MAX_SHOWN_BODY:
+        return text[:MAX_SHOWN_BODY] + f"\n... ({len(text) - MAX_SHOWN_BODY} more characters)"
+    return text
+
+
+def count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def add_globals(event: BeforeRender) -> None:
+    renderer = event.get("renderer_name") or ""
+    if not renderer.startswith("queuey.admin:"):
+        return
+    request = event["request"]
+    identity = request.identity if request is not None else None
+    application = identity.application.name if identity is not None else None
+    if application is not None:
+        request.environ["queuey.application"] = application
+    event.update(
+        application=application,
+        flashes=request.session.pop_flash() if application is not None else [],
+        flash_errors=request.session.pop_flash("error") if application is not None else [],
+        age=age,
+        when=when,
+        epoch=epoch,
+        pretty=pretty,
+        count=count,
+    )
+
+
+def includeme(config) -> None:
+    config.add_subscriber(add_globals, BeforeRender)
