@@ -1,0 +1,256 @@
+"""Queue pages: the list with figures, creating, one queue's page, purge and delete.
+
+Forms go through the API's own models and rules (``request.models`` and the
+checks of :mod:`queuey.web.queues`), so a queue the admin page creates is one
+the API would have created from the same fields.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pyramid.httpexceptions import HTTPSeeOther
+from pyramid.view import view_config
+
+from queuey.admin.chart import charts
+from queuey.errors import QueueExists
+from queuey.storage import QueueMeta
+from queuey.web.params import InvalidParameters, validate
+from queuey.web.queues import _check_work_settings
+from queuey.web.security import Permission
+
+#: Queues per page of the list.
+PAGE = 50
+#: Most queues measured while rendering one list page (the others show "-"
+#: until the overview's refresher reaches them).
+MEASURE_ON_PAGE = 20
+#: The create form's fields, in the API's names.
+QUEUE_FIELDS = (
+    "queue_name",
+    "partitions",
+    "ttl",
+    "type",
+    "consistency",
+    "visibility_timeout",
+    "max_attempts",
+    "dead_letter_queue",
+    "delay",
+)
+
+
+def application_name(request) -> str:
+    return request.identity.application.name
+
+
+def figures_of(request, meta: QueueMeta):
+    """The queue's cached figures, measured now if it has none yet."""
+    overview = request.registry.overview
+    return overview.figures(meta.application, meta.name) or overview.refresh(meta)
+
+
+def filled(request, names) -> dict[str, str]:
+    """The form's non-empty fields among ``names`` (empty means "the default")."""
+    return {
+        name: request.POST[name].strip() for name in names if request.POST.get(name, "").strip()
+    }
+
+
+@view_config(
+    route_name="admin.queues",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/queues.jinja2",
+)
+def queue_list(request):
+    app = application_name(request)
+    after = request.GET.get("after") or None
+    params = validate(
+        request.models.list_queues, {"limit": PAGE, **({"offset": after} if after else {})}
+    )
+    metas = request.storage.list_queues(app, params.limit, params.offset)
+    overview = request.registry.overview
+    rows, measured = [], 0
+    for meta in metas:
+        figures = overview.figures(app, meta.name)
+        if figures is None and measured < MEASURE_ON_PAGE:
+            figures = overview.refresh(meta)
+            measured += 1
+        rows.append((meta, figures))
+    return {
+        "rows": rows,
+        "after": after,
+        "next_after": metas[-1].name if len(metas) == PAGE else None,
+        "now": request.clock.now_micros(),
+    }
+
+
+def _new_queue_form(request, values=None, errors=None):
+    model_fields = request.models.create_queue.model_fields
+    defaults = {
+        name: ("" if model_fields[name].default is None else str(model_fields[name].default))
+        for name in QUEUE_FIELDS
+    }
+    return {
+        "values": {**defaults, **(values or {})},
+        "errors": errors or {},
+        "max_partitions": request.registry.queuey_settings.max_partitions,
+    }
+
+
+@view_config(
+    route_name="admin.new_queue",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/queue_new.jinja2",
+)
+def new_queue_form(request):
+    return _new_queue_form(request)
+
+
+@view_config(
+    route_name="admin.new_queue",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/queue_new.jinja2",
+    require_csrf=True,
+)
+def create_queue(request):
+    given = filled(request, QUEUE_FIELDS)
+    try:
+        params = validate(request.models.create_queue, given)
+        name = params.queue_name or uuid.uuid4().hex
+        _check_work_settings(
+            name,
+            params.ttl,
+            params.delay,
+            params.max_attempts,
+            params.dead_letter_queue,
+            changed={"delay", "max_attempts"},
+        )
+        meta = request.storage.create_queue(
+            QueueMeta(
+                application=application_name(request),
+                name=name,
+                partitions=params.partitions,
+                ttl=params.ttl,
+                type=params.type,
+                consistency=params.consistency,
+                created=request.clock.now_micros(),
+                visibility_timeout=params.visibility_timeout,
+                max_attempts=params.max_attempts,
+                dead_letter_queue=params.dead_letter_queue or None,
+                delay=params.delay,
+            )
+        )
+    except InvalidParameters as exc:
+        request.response.status = 400
+        return _new_queue_form(request, given, exc.errors)
+    except QueueExists:
+        request.response.status = 409
+        return _new_queue_form(
+            request, given, {"queue_name": f"a queue named {given['queue_name']} exists already"}
+        )
+    request.registry.overview.refresh(meta)
+    request.session.flash(f"Created queue {meta.name}.")
+    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+
+
+def queue_page(request, meta: QueueMeta, **extra):
+    """The values of a queue's page (``extra``: a post form's values and errors)."""
+    overview = request.registry.overview
+    figures = figures_of(request, meta)
+    history = overview.history(meta.application, meta.name)
+    now = request.clock.now_micros()
+    return {
+        "meta": meta,
+        "figures": figures,
+        "charts": charts(history, now),
+        "now": now,
+        "post": extra.get("post", {"body": '{\n  "hello": "world"\n}'}),
+        "post_errors": extra.get("post_errors", {}),
+    }
+
+
+@view_config(
+    route_name="admin.queue",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/queue.jinja2",
+)
+def queue_detail(request):
+    return queue_page(request, request.context.meta)
+
+
+@view_config(
+    route_name="admin.measure",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    require_csrf=True,
+)
+def measure(request):
+    meta = request.context.meta
+    request.registry.overview.refresh(meta)
+    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+
+
+def _confirm(request, action: str, error: str | None = None):
+    meta = request.context.meta
+    return {"meta": meta, "figures": figures_of(request, meta), "action": action, "error": error}
+
+
+def _confirmed(request) -> bool:
+    return request.POST.get("confirm", "") == request.context.meta.name
+
+
+@view_config(
+    route_name="admin.purge",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/confirm.jinja2",
+)
+@view_config(
+    route_name="admin.delete",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/confirm.jinja2",
+)
+def confirm_form(request):
+    return _confirm(request, request.matched_route.name.removeprefix("admin."))
+
+
+@view_config(
+    route_name="admin.purge",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/confirm.jinja2",
+    require_csrf=True,
+)
+def purge(request):
+    meta = request.context.meta
+    if not _confirmed(request):
+        request.response.status = 400
+        return _confirm(request, "purge", "Type the queue's name to confirm.")
+    request.registry.workqueues.purge_queue(meta)
+    request.registry.overview.refresh(
+        request.registry.workqueues.get_queue(meta.application, meta.name)
+    )
+    request.session.flash(f"Purged queue {meta.name}: its messages are gone.")
+    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+
+
+@view_config(
+    route_name="admin.delete",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/confirm.jinja2",
+    require_csrf=True,
+)
+def delete(request):
+    meta = request.context.meta
+    if not _confirmed(request):
+        request.response.status = 400
+        return _confirm(request, "delete", "Type the queue's name to confirm.")
+    request.registry.workqueues.delete_queue(meta)
+    request.registry.overview.forget(meta.application, meta.name)
+    request.session.flash(f"Deleted queue {meta.name}.")
+    return HTTPSeeOther(location=request.route_path("admin.queues"))
