@@ -1,0 +1,109 @@
+"""Browsing a queue's messages newest first, and posting a test message.
+
+Browsing pages backwards in time: each page holds the newest messages strictly
+older than the page before's last one (``before``, seconds as the API spells
+timestamps). Messages of several partitions minted in the very same
+microsecond could straddle a page boundary; ids are minted a microsecond
+apart per node, so that takes two nodes and a coincidence.
+
+A test message goes through the API's placement model and message rules
+(:mod:`queuey.web.messages`) and is stored by :meth:`WorkQueues.post`, so
+metrics, long polls and the overview see it like any other.
+"""
+
+from __future__ import annotations
+
+from pyramid.httpexceptions import HTTPSeeOther
+from pyramid.view import view_config
+
+from queuey import ids
+from queuey.admin.queues import queue_page
+from queuey.placement import random_partition
+from queuey.storage import ReadQuery
+from queuey.web import jsonio
+from queuey.web.messages import _new_message
+from queuey.web.params import InvalidParameters, PayloadTooLarge, validate
+from queuey.web.responses import timestamp_json
+from queuey.web.security import Permission
+
+#: Messages per page.
+PAGE = 20
+#: The post form's placement fields, in the API's names.
+PLACEMENT_FIELDS = ("partition", "partition_key", "ttl", "delay", "priority", "dedup_id")
+
+
+def read_page(request, meta, before: str | None, limit: int = PAGE):
+    """The newest ``limit`` readable messages older than ``before`` (seconds)."""
+    now = request.clock.now_micros()
+    delay = request.registry.queuey_settings.read_delay_micros
+    until = now - delay if delay else None
+    if before:
+        try:
+            cursor = ids.parse_seconds(before)
+        except ValueError:
+            raise InvalidParameters({"before": "must be seconds since the epoch"}) from None
+        until = cursor if until is None else min(until, cursor)
+    return request.storage.read_messages(
+        meta,
+        ReadQuery(
+            partitions=meta.partition_numbers,
+            now_micros=now,
+            limit=limit,
+            order="descending",
+            until_micros=until,
+        ),
+    )
+
+
+@view_config(
+    route_name="admin.messages",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/messages.jinja2",
+)
+def browse(request):
+    meta = request.context.meta
+    before = request.GET.get("before") or None
+    messages = read_page(request, meta, before)
+    return {
+        "meta": meta,
+        "messages": messages,
+        "before": before,
+        "older": timestamp_json(messages[-1].timestamp) if len(messages) == PAGE else None,
+    }
+
+
+@view_config(
+    route_name="admin.post",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/queue.jinja2",
+    require_csrf=True,
+)
+def post_message(request):
+    meta = request.context.meta
+    settings = request.registry.queuey_settings
+    form = {name: request.POST.get(name, "") for name in ("body", *PLACEMENT_FIELDS)}
+    given = {name: form[name].strip() for name in PLACEMENT_FIELDS if form[name].strip()}
+    try:
+        raw = form["body"].encode("utf-8")
+        if len(raw) > settings.max_message_size:
+            raise PayloadTooLarge(
+                "body", f"the message is larger than {settings.max_message_size} bytes"
+            )
+        body = jsonio.loads(raw)
+        placement = validate(request.models.placement, given, meta.partitions)
+        message = _new_message(
+            request, meta, body, placement, random_partition(meta.partitions), ""
+        )
+        (stored,) = request.registry.workqueues.post(meta, [message])
+    except InvalidParameters as exc:
+        errors = exc.errors
+    except (PayloadTooLarge, jsonio.InvalidJSON, jsonio.NotJSON) as exc:
+        errors = {getattr(exc, "field", "body"): str(exc)}
+    else:
+        request.registry.overview.refresh(meta)
+        request.session.flash(f"Posted message {stored.id.hex} to partition {stored.partition}.")
+        return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+    request.response.status = 400
+    return queue_page(request, meta, post=form, post_errors=errors)
