@@ -1,0 +1,31 @@
+"""Consumer groups of the signed-in application: members, partition owners, lag.
+
+Read from :mod:`queuey.groups` (``registry.groups``, cached there; ``None``
+when ``queuey.zookeeper.hosts`` is not set, and the page says so).
+"""
+
+from __future__ import annotations
+
+from pyramid.view import view_config
+
+from queuey.groups import GroupsUnavailable
+from queuey.web.security import Permission
+
+
+@view_config(
+    route_name="admin.groups",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer="queuey.admin:templates/groups.jinja2",
+)
+def groups(request):
+    source = getattr(request.registry, "groups", None)
+    if source is None:
+        return {"configured": False, "groups": [], "unavailable": False}
+    try:
+        found = source.for_application(request.identity.application.name)
+    except GroupsUnavailable:
+        request.response.status = 503
+        request.response.headers["Retry-After"] = "5"
+        return {"configured": True, "groups": [], "unavailable": True}
+    return {"configured": True, "groups": found, "unavailable": False}
