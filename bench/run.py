@@ -29,6 +29,7 @@ BENCHMARKS = [
     "sqs.py",
     "scrape.py",
     "rabbitmq.py",
+    "export.py",
 ]
 SHARING = (
     "one box: each benchmark runs its servers (Queuey's waitress process, the "
