@@ -83,11 +83,15 @@ def _int(data: dict, name: str, low: int, high: int) -> int | None:
 def decode(line: bytes) -> Record:
     """The record of one line (``BadLine`` says what is wrong with it)."""
     try:
-        data = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadLine("not JSON in UTF-8") from None
+    try:
+        data = json.loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
         raise BadLine(f"not JSON ({exc.msg} at column {exc.colno})") from None
-    except ValueError:  # UnicodeDecodeError, or a number too long to convert
-        raise BadLine("not JSON in UTF-8") from None
+    except ValueError:  # a number too long to convert
+        raise BadLine("not JSON (a number too long)") from None
     if not isinstance(data, dict):
         raise BadLine("not a JSON object")
     body = data.get("body")
