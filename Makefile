@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 HARNESS := $(PY) -m queuey.harness
 
 .DEFAULT_GOAL := help
-.PHONY: help install java serve test test-fast lint format docs bench cassandra cassandra-cluster zookeeper services-stop clean
+.PHONY: help install java browser serve test test-fast lint format docs bench cassandra cassandra-cluster zookeeper services-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -28,11 +28,22 @@ java: $(STAMP) ## resolve the Cassandra and ZooKeeper jars from Maven Central (c
 	$(HARNESS) classpath cassandra
 	$(HARNESS) classpath zookeeper
 
+browser: ## install Debian's chromium and chromium-driver for the admin pages' browser tests (needs root; skipped when present)
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then \
+		echo "browser: /usr/bin/chromium and /usr/bin/chromedriver are installed"; \
+	elif [ "$$(id -u)" -ne 0 ]; then \
+		echo "browser: /usr/bin/chromium or /usr/bin/chromedriver is missing, and installing them needs root:" >&2; \
+		echo "    sudo apt-get update && sudo apt-get install -y chromium chromium-driver" >&2; \
+		exit 1; \
+	else \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	fi
+
 serve: $(STAMP) ## run Queuey on the embedded SQLite store at http://127.0.0.1:5000
 	$(VENV)/bin/queuey schema upgrade -c development.ini
 	$(VENV)/bin/pserve development.ini
 
-test: $(STAMP) java ## start Cassandra and ZooKeeper, run every test, stop them (even on failure)
+test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test (the admin pages in headless Chromium too), stop them (even on failure)
 	@set -u; status=0; \
 	trap '$(HARNESS) stop-all' EXIT; \
 	$(HARNESS) cassandra start && $(HARNESS) zookeeper start || status=$$?; \
