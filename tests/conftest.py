@@ -13,6 +13,7 @@ import queuey
 from queuey.clock import ManualClock
 from tests.support import (
     CASSANDRA_KEYSPACE,
+    NO_REFRESHER,
     TestApps,
     cassandra_settings_for,
     server_settings,
@@ -137,6 +138,7 @@ def make_app(applications_file, clock):
             "queuey.applications": str(applications_file),
             "queuey.clock": clock,
             "queuey.storage.instance": storage,
+            **NO_REFRESHER,
             **settings,
         }
         if storage.write_timeout_seconds and "queuey.read_delay" not in settings:

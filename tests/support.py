@@ -135,11 +135,21 @@ def cassandra_settings_for(contact_points: list[str], port: int) -> dict[str, st
     }
 
 
+#: Tests run without the operators' refresher thread (queuey.overview): it would
+#: outlive the test's storage and read it while it closes. Tests of the
+#: refresher call ``Overview.refresh_pass`` or set the interval themselves.
+NO_REFRESHER = {"queuey.stats.interval": "0"}
+
+
 def server_settings(request, applications_file, backend: str, sqlite_path) -> dict[str, str]:
     """The settings of a server process or thread on ``backend``: the test
     applications, and on Cassandra the session's keyspace and a read delay
     longer than its write timeout."""
-    base = {"queuey.applications": str(applications_file), "queuey.read_delay": "0"}
+    base = {
+        "queuey.applications": str(applications_file),
+        "queuey.read_delay": "0",
+        **NO_REFRESHER,
+    }
     if backend == "sqlite":
         base["queuey.storage.backend"] = "queuey.storage.sqlite"
         base["queuey.sqlite.path"] = str(sqlite_path)

@@ -46,9 +46,7 @@ def put(storage, meta: QueueMeta, count: int) -> None:
     )
 
 
-def test_figures_come_from_the_refresher_and_are_measured_again_when_stale(
-    sqlite_storage, clock
-):
+def test_figures_come_from_the_refresher_and_are_measured_again_when_stale(sqlite_storage, clock):
     storage = CountingStorage(sqlite_storage)
     meta = storage.create_queue(QueueMeta("ops", "orders", created=clock.now_micros()))
     put(storage, meta, 3)
@@ -115,7 +113,7 @@ def test_history_keeps_an_hour_of_minutes_with_posts_and_acks(sqlite_storage, cl
 
 
 def test_metrics_expose_per_queue_gauges_from_the_cache(make_app, sqlite_storage, wrap_app):
-    app = wrap_app(make_app(sqlite_storage, **{"queuey.stats.interval": "0"}))
+    app = wrap_app(make_app(sqlite_storage))
     create(app, "orders", partitions=2)
     post(app, "orders", {"a": 1})
     post(app, "orders", {"a": 2})

@@ -18,7 +18,7 @@ def group_app(make_app, sqlite_storage, wrap_app, zookeeper_chroot):
     app = wrap_app(
         make_app(
             sqlite_storage,
-            **{"queuey.zookeeper.hosts": zookeeper_chroot, "queuey.stats.interval": "0"},
+            **{"queuey.zookeeper.hosts": zookeeper_chroot},
         )
     )
     yield app
