@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 HARNESS := $(PY) -m queuey.harness
 
 .DEFAULT_GOAL := help
-.PHONY: help install java browser serve test test-fast lint format docs bench cassandra cassandra-cluster zookeeper services-stop clean
+.PHONY: help install java browser serve test test-fast lint format docs screenshots bench cassandra cassandra-cluster zookeeper services-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 
 docs: $(STAMP) ## build the Sphinx documentation into docs/_build/html
 	$(VENV)/bin/sphinx-build -W -q -b html docs docs/_build/html
+
+screenshots: $(STAMP) browser ## retake the admin pages' screenshots in docs/_static (headless Chromium, demo data)
+	$(PY) docs/screenshots.py
 
 bench: $(STAMP) java ## run the benchmarks; prints one JSON document
 	PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) bench/run.py
