@@ -62,6 +62,7 @@ class Posted(Model):
 class Message(MessageRef):
     body: dict[str, Any]
     attributes: dict[str, str] = Field(None, description="only when the message has some")
+    priority: int = Field(None, description="0-9; in a read only when not 0")
 
 
 class Messages(Model):

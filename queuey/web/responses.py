@@ -65,8 +65,11 @@ def _messages_answer(parts: Iterable[str]) -> Response:
 
 
 def messages_response(messages: Iterable[Message]) -> Response:
-    """A read's answer, built as text: bodies are stored JSON and go out as they are."""
-    return _messages_answer(_message_text(m) for m in messages)
+    """A read's answer, built as text: bodies are stored JSON and go out as they
+    are; ``priority`` only when not 0, like ``attributes``."""
+    return _messages_answer(
+        _message_text(m, ',"priority":%d' % m.priority if m.priority else "") for m in messages
+    )
 
 
 def deliveries_response(deliveries: Iterable[Delivery]) -> Response:

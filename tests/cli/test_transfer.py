@@ -86,11 +86,6 @@ def test_export_then_import_gives_the_same_messages(queuey, client, tmp_path):
     assert client.stats("copy").messages == 2500
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /queue/{name} does not answer with a message's priority "
-    "(queuey/web/responses.py), so an export cannot carry it",
-)
 def test_export_keeps_priorities(queuey, client, tmp_path):
     client.create_queue("source")
     client.post_batch("source", [OutgoingMessage({"n": 1}, priority=7)])
