@@ -60,7 +60,10 @@ def add_globals(event: BeforeRender) -> None:
         return
     request = event["request"]
     identity = request.identity if request is not None else None
-    application = identity.application.name if identity is not None else None
+    # Only a session names the signed-in application (a page for a request that
+    # failed before its route's context existed may have a header identity).
+    signed_in = identity is not None and identity.from_session
+    application = identity.application.name if signed_in else None
     if application is not None:
         request.environ["queuey.application"] = application
     event.update(

@@ -13,7 +13,7 @@ from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
 from queuey.admin.chart import charts
-from queuey.errors import QueueExists
+from queuey.errors import QueueExists, QueueNotFound
 from queuey.storage import QueueMeta
 from queuey.web.params import InvalidParameters, validate
 from queuey.web.queues import _check_work_settings
@@ -73,8 +73,11 @@ def queue_list(request):
     for meta in metas:
         figures = overview.figures(app, meta.name)
         if figures is None and measured < MEASURE_ON_PAGE:
-            figures = overview.refresh(meta)
             measured += 1
+            try:
+                figures = overview.refresh(meta)
+            except QueueNotFound:  # deleted since it was listed
+                continue
         rows.append((meta, figures))
     return {
         "rows": rows,

@@ -83,15 +83,20 @@ def resize(driver, size: tuple[int, int], mobile: bool = False) -> None:
 
 
 def click_and_wait(driver, element, timeout: float = 10) -> None:
-    """Click ``element`` (a link or a form's button) and wait for the next page:
-    a click returns before the navigation it starts has finished."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    """Click ``element`` (a link or a form's button) and wait for the next page
+    to load: a click returns before the navigation it starts has finished. The
+    old document is marked, so the wait ends in a document without the mark."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    page = driver.find_element(By.TAG_NAME, "html")
+    driver.execute_script("window.queueyOldPage = true")
     element.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(page))
+    # A script run while the navigation swaps documents may fail: try again.
+    WebDriverWait(driver, timeout, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.queueyOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def sign_in(driver, base_url: str, application: str, key: str) -> None:
