@@ -86,7 +86,9 @@ def test_higher_priority_is_reserved_first_and_stream_reads_ignore_it(sqlite_app
         (3, 5),
         (1, 0),
     ]
-    assert all("priority" not in m for m in read(app, "jobs").json["messages"])
+    # Reads keep id order whatever the priority, and say a priority only when not 0.
+    listed = read(app, "jobs", order="ascending").json["messages"]
+    assert [m.get("priority") for m in listed] == [None, 9, 5, 9, 7]
 
 
 # -- dedup ----------------------------------------------------------------------------

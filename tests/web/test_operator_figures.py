@@ -102,7 +102,7 @@ def test_a_deleted_queue_leaves_the_overview(sqlite_storage, clock):
 def test_history_keeps_an_hour_of_minutes_with_posts_and_acks(sqlite_storage, clock):
     meta = sqlite_storage.create_queue(QueueMeta("ops", "q", created=clock.now_micros()))
     overview = Overview(sqlite_storage, clock, lambda: ["ops"], interval=0, max_age=0)
-    for minute in range(70):
+    for _ in range(70):
         overview.count(meta, posted=2, acked=1)
         overview.refresh_pass()
         clock.advance(60)

@@ -81,6 +81,7 @@ def test_a_groups_members_owners_and_lag_per_partition(group_app, start_group):
 def test_a_group_without_a_declared_application_is_matched_by_its_queues(group_app, start_group):
     app = group_app
     create(app, "only-here")
-    start_group("legacy", lambda: [("only-here", 1)])
+    group = start_group("legacy", lambda: [("only-here", 1)])
+    wait_until(lambda: group.owned() == [("only-here", 1)], timeout=20, what="ownership")
     (found,) = app.app.registry.groups.for_application(app.apps.app)
     assert (found.name, found.members[0].application) == ("legacy", None)
