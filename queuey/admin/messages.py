@@ -21,7 +21,7 @@ from queuey.admin.queues import queue_page
 from queuey.placement import random_partition
 from queuey.storage import ReadQuery
 from queuey.web import jsonio
-from queuey.web.messages import _new_message
+from queuey.web.messages import new_message
 from queuey.web.params import InvalidParameters, PayloadTooLarge, validate
 from queuey.web.responses import timestamp_json
 from queuey.web.security import Permission
@@ -93,9 +93,7 @@ def post_message(request):
             )
         body = jsonio.loads(raw)
         placement = validate(request.models.placement, given, meta.partitions)
-        message = _new_message(
-            request, meta, body, placement, random_partition(meta.partitions), ""
-        )
+        message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
         (stored,) = request.registry.workqueues.post(meta, [message])
     except InvalidParameters as exc:
         errors = exc.errors

@@ -7,8 +7,6 @@ the API would have created from the same fields.
 
 from __future__ import annotations
 
-import uuid
-
 from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
@@ -16,7 +14,7 @@ from queuey.admin.chart import charts
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.storage import QueueMeta
 from queuey.web.params import InvalidParameters, validate
-from queuey.web.queues import _check_work_settings
+from queuey.web.queues import new_queue
 from queuey.web.security import Permission
 
 #: Queues per page of the list.
@@ -121,30 +119,7 @@ def create_queue(request):
     given = filled(request, QUEUE_FIELDS)
     try:
         params = validate(request.models.create_queue, given)
-        name = params.queue_name or uuid.uuid4().hex
-        _check_work_settings(
-            name,
-            params.ttl,
-            params.delay,
-            params.max_attempts,
-            params.dead_letter_queue,
-            changed={"delay", "max_attempts"},
-        )
-        meta = request.storage.create_queue(
-            QueueMeta(
-                application=application_name(request),
-                name=name,
-                partitions=params.partitions,
-                ttl=params.ttl,
-                type=params.type,
-                consistency=params.consistency,
-                created=request.clock.now_micros(),
-                visibility_timeout=params.visibility_timeout,
-                max_attempts=params.max_attempts,
-                dead_letter_queue=params.dead_letter_queue or None,
-                delay=params.delay,
-            )
-        )
+        meta = new_queue(request, params, application_name(request))
     except InvalidParameters as exc:
         request.response.status = 400
         return _new_queue_form(request, given, exc.errors)

@@ -27,7 +27,7 @@ from queuey.web.security import Permission
 MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 
 
-def _new_message(
+def new_message(
     request, meta: QueueMeta, body: Any, placement, default_partition: int, prefix: str
 ) -> NewMessage:
     """One message, placed. The schema validated ``placement``; what is left is a
@@ -88,7 +88,7 @@ def post_message(request):
     settings = request.registry.queuey_settings
     body = json_body(request, settings.max_message_size)
     placement = validate(request.models.placement, query(request), meta.partitions)
-    message = _new_message(request, meta, body, placement, random_partition(meta.partitions), "")
+    message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
     return _stored(request, meta, [message])
 
 
@@ -110,7 +110,7 @@ def post_batch(request):
     for index, entry in enumerate(batch.messages):
         try:
             messages.append(
-                _new_message(
+                new_message(
                     request, meta, entry.body, entry, shared_partition, f"messages[{index}]."
                 )
             )

@@ -50,9 +50,9 @@ def _check_work_settings(
         raise InvalidParameters(errors)
 
 
-@view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
-def create_queue(request):
-    params = validate(request.models.create_queue, form_or_json(request, _body_limit(request)))
+def new_queue(request, params, application: str) -> QueueMeta:
+    """Create a queue from validated ``create_queue`` parameters: the API's and
+    the admin page's one way (``QueueExists`` when the name is taken)."""
     name = params.queue_name or uuid.uuid4().hex
     _check_work_settings(
         name,
@@ -62,9 +62,9 @@ def create_queue(request):
         params.dead_letter_queue,
         changed={"delay", "max_attempts"},
     )
-    meta = request.storage.create_queue(
+    return request.storage.create_queue(
         QueueMeta(
-            application=request.identity.application.name,
+            application=application,
             name=name,
             partitions=params.partitions,
             ttl=params.ttl,
@@ -77,6 +77,12 @@ def create_queue(request):
             delay=params.delay,
         )
     )
+
+
+@view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
+def create_queue(request):
+    params = validate(request.models.create_queue, form_or_json(request, _body_limit(request)))
+    meta = new_queue(request, params, request.identity.application.name)
     return ok(201, **queue_json(meta))
 
 
