@@ -5,9 +5,9 @@
 
 For each backend: one ``pserve`` process (the settings of ``bench/api.py``,
 default ``queuey.stats.*``), ``--queues`` queues of 2 partitions holding
-``--messages`` messages each. The first scrape starts the node's refresher;
-the benchmark waits until every queue has its gauges (how long the refresher
-took to measure them all), then times ``--scrapes`` scrapes of ``/metrics``
+``--messages`` messages each. The node's refresher runs from its start; the
+benchmark waits, from the end of the fill, until every queue has its gauges
+(how long the refresher took to measure them all), then times ``--scrapes`` scrapes of ``/metrics``
 one after another and reports the median and 95th percentile latency, the
 server CPU per scrape and the exposition's size. It also reports the CPU the
 refresher costs the idle node per minute. Prints one JSON object on stdout.
@@ -88,7 +88,7 @@ def run_backend(backend: str, args) -> dict:
                     raise TimeoutError("the refresher did not measure every queue in 15 min")
                 time.sleep(0.5)
             measured_all = time.monotonic() - started
-            log(f"{backend}: every queue measured {measured_all:.1f}s after the first scrape")
+            log(f"{backend}: every queue measured {measured_all:.1f}s after the fill")
 
             # The refresher's own cost on an idle node: CPU over a minute, no requests.
             idle_cpu_before, idle_started = cpu(server), time.monotonic()

@@ -99,5 +99,6 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     if parsed.admin_enabled:
         config.include("queuey.admin")
     config.scan("queuey.web")
+    registry.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
     log.info("queuey ready: storage=%s", parsed.storage_backend)
     return config.make_wsgi_app()

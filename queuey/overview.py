@@ -228,7 +228,7 @@ class Overview:
 
     # -- the refresher thread --------------------------------------------------
     def start(self) -> None:
-        """Start the refresher (once; the first reader starts it)."""
+        """Start the refresher thread (once; the app factory starts it)."""
         if self._thread is not None or self.interval <= 0:
             return
         with self._lock:
