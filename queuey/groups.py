@@ -118,7 +118,7 @@ def _member(data: bytes, fallback: str) -> Member:
     try:
         pid = int(parsed.get("pid", 0))
         started = float(parsed.get("started", 0.0))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a node another process wrote
         pid, started = 0, 0.0
     application = parsed.get("application")
     return Member(

@@ -6,6 +6,7 @@ from pyramid.httpexceptions import HTTPNotFound, HTTPSeeOther
 from pyramid.view import view_config
 
 from queuey.admin.session import Refusal
+from queuey.web.params import query
 
 TEMPLATE = "queuey.admin:templates/signin.jinja2"
 
@@ -19,14 +20,14 @@ def _next(request, value: str | None) -> str:
 
 @view_config(route_name="admin.signin", request_method="GET", renderer=TEMPLATE)
 def sign_in_form(request):
-    return {"name": "", "next": _next(request, request.GET.get("next")), "refusal": None}
+    return {"name": "", "next": _next(request, query(request).get("next")), "refusal": None}
 
 
 @view_config(route_name="admin.signin", request_method="POST", renderer=TEMPLATE, require_csrf=True)
 def sign_in(request):
-    name = request.POST.get("application", "").strip()[:200]
-    key = request.POST.get("key", "")[:1000]
-    target = _next(request, request.POST.get("next"))
+    name = request.admin_form.get("application", "").strip()[:200]
+    key = request.admin_form.get("key", "")[:1000]
+    target = _next(request, request.admin_form.get("next"))
     outcome = request.registry.session_sign_ins.sign_in(request, name, key)
     if isinstance(outcome, Refusal):
         request.response.status = outcome.status

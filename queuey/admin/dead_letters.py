@@ -14,7 +14,7 @@ from pyramid.view import view_config
 
 from queuey.admin.messages import PAGE, read_page
 from queuey.errors import QueueNotFound
-from queuey.web.params import InvalidParameters, validate
+from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.responses import timestamp_json
 from queuey.web.security import Permission
 from queuey.workqueue import own_attributes
@@ -36,7 +36,7 @@ def _dead_queue(request, meta):
 def dead_letters(request):
     meta = request.context.meta
     dead = _dead_queue(request, meta)
-    before = request.GET.get("before") or None
+    before = query(request).get("before") or None
     letters = read_page(request, dead, before) if dead is not None else []
     figures = None
     if dead is not None:
@@ -62,7 +62,7 @@ def dead_letters(request):
 def redrive(request):
     meta = request.context.meta
     target = request.route_path("admin.dead", name=meta.name)
-    given = request.POST.get("limit", "").strip()
+    given = request.admin_form.get("limit", "").strip()
     try:
         params = validate(request.models.redrive, {"limit": given} if given else {})
     except InvalidParameters as exc:

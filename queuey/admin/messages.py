@@ -22,7 +22,7 @@ from queuey.placement import random_partition
 from queuey.storage import ReadQuery
 from queuey.web import jsonio
 from queuey.web.messages import new_message
-from queuey.web.params import InvalidParameters, PayloadTooLarge, validate
+from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate
 from queuey.web.responses import timestamp_json
 from queuey.web.security import Permission
 
@@ -63,7 +63,7 @@ def read_page(request, meta, before: str | None, limit: int = PAGE):
 )
 def browse(request):
     meta = request.context.meta
-    before = request.GET.get("before") or None
+    before = query(request).get("before") or None
     messages = read_page(request, meta, before)
     return {
         "meta": meta,
@@ -83,7 +83,7 @@ def browse(request):
 def post_message(request):
     meta = request.context.meta
     settings = request.registry.queuey_settings
-    form = {name: request.POST.get(name, "") for name in ("body", *PLACEMENT_FIELDS)}
+    form = {name: request.admin_form.get(name, "") for name in ("body", *PLACEMENT_FIELDS)}
     given = {name: form[name].strip() for name in PLACEMENT_FIELDS if form[name].strip()}
     try:
         raw = form["body"].encode("utf-8")

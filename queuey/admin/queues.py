@@ -13,7 +13,7 @@ from pyramid.view import view_config
 from queuey.admin.chart import charts
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.storage import QueueMeta
-from queuey.web.params import InvalidParameters, validate
+from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.queues import new_queue
 from queuey.web.security import Permission
 
@@ -48,9 +48,8 @@ def figures_of(request, meta: QueueMeta):
 
 def filled(request, names) -> dict[str, str]:
     """The form's non-empty fields among ``names`` (empty means "the default")."""
-    return {
-        name: request.POST[name].strip() for name in names if request.POST.get(name, "").strip()
-    }
+    fields = request.admin_form
+    return {name: fields[name].strip() for name in names if fields.get(name, "").strip()}
 
 
 @view_config(
@@ -61,7 +60,7 @@ def filled(request, names) -> dict[str, str]:
 )
 def queue_list(request):
     app = application_name(request)
-    after = request.GET.get("after") or None
+    after = query(request).get("after") or None
     params = validate(
         request.models.list_queues, {"limit": PAGE, **({"offset": after} if after else {})}
     )
@@ -177,7 +176,7 @@ def _confirm(request, action: str, error: str | None = None):
 
 
 def _confirmed(request) -> bool:
-    return request.POST.get("confirm", "") == request.context.meta.name
+    return request.admin_form.get("confirm", "") == request.context.meta.name
 
 
 @view_config(

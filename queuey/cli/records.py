@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from queuey.client.models import OutgoingMessage, ReceivedMessage
+from queuey.web.jsonio import InvalidJSON, check_depth
 
 MESSAGE_ID = re.compile(r"[0-9a-f]{32}")
 #: Prefix of the ``dedup_id`` an imported message is posted with.
@@ -86,6 +87,10 @@ def decode(line: bytes) -> Record:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         raise BadLine("not JSON in UTF-8") from None
+    try:
+        check_depth(line)  # the service's own bound: json.loads would recurse without one
+    except InvalidJSON as exc:
+        raise BadLine(f"not JSON ({exc})") from None
     try:
         data = json.loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
