@@ -132,9 +132,8 @@ class Overview:
         self.budget = budget
         self.max_queues = max_queues
         self.unwatched = 0
-        #: Wall seconds the last pass spent measuring, and queues it measured.
+        #: Wall seconds the last pass spent measuring.
         self.last_pass_seconds = 0.0
-        self.last_pass_measured = 0
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -149,7 +148,6 @@ class Overview:
         """The application's watched queues by name, each with its figures
         (``None`` for a queue not measured yet). The first call lists the
         queues itself rather than wait for the refresher's first pass."""
-        self.start()
         if not self._discovered:
             self._discover()
         with self._lock:
@@ -160,14 +158,12 @@ class Overview:
 
     def figures(self, application: str, name: str) -> QueueFigures | None:
         """The queue's cached figures (``None`` until measured)."""
-        self.start()
         with self._lock:
             entry = self._entries.get((application, name))
             return entry.figures if entry else None
 
     def all_figures(self) -> list[QueueFigures]:
         """Every measured queue's figures (what a metrics scrape exposes)."""
-        self.start()
         with self._lock:
             return [e.figures for e in self._entries.values() if e.figures is not None]
 
@@ -223,7 +219,6 @@ class Overview:
                 self.forget(meta.application, meta.name)
             measured += 1
         self.last_pass_seconds = time.monotonic() - started
-        self.last_pass_measured = measured
         return measured
 
     # -- the refresher thread --------------------------------------------------
