@@ -19,7 +19,7 @@ REQUIRES = [
     "rich>=13.7,<16",  # the queuey CLI: tables and progress bars
 ]
 SPARK_REQUIRES = [
-    "pyspark>=4.0,<4.1",
+    "pyspark>=4.0,<4.4",  # 4.1: filter push-down; 4.2: admission control, available-now
     "pyarrow>=15",
     "pandas>=2.0",
 ]

@@ -7,6 +7,7 @@ Arrow data without a per-row conversion.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +65,16 @@ def _coerce(value: Any, data_type: DataType) -> Any:
     return value
 
 
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects for ``schema`` (timestamps in UTC).
+
+    PySpark 4.1 made the zone of timestamp columns an argument; 4.0 fixed it.
+    """
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
+
+
 def batch_builder(schema: StructType, queue: str) -> Callable[[Sequence[Message]], Any]:
     """A function turning a page of stored messages into an Arrow record batch.
 
@@ -73,7 +84,7 @@ def batch_builder(schema: StructType, queue: str) -> Callable[[Sequence[Message]
     DOUBLE (seconds) or BIGINT (microseconds). Columns are built whole, so
     Spark receives Arrow data without a per-row conversion.
     """
-    arrow_schema = to_arrow_schema(schema)
+    target = arrow_schema(schema)
     columns: list[Callable[[Sequence[Message], list[Any] | None], list[Any]]] = []
     needs_body = False
     for f in schema.fields:
@@ -107,8 +118,8 @@ def batch_builder(schema: StructType, queue: str) -> Callable[[Sequence[Message]
         bodies = [json.loads(m.body) for m in messages] if needs_body else None
         arrays = [
             pa.array(column(messages, bodies), type=field.type)
-            for column, field in zip(columns, arrow_schema, strict=True)
+            for column, field in zip(columns, target, strict=True)
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=target)
 
     return build

@@ -49,6 +49,11 @@ class QueueyDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return QueueyWriter(self.options, schema, overwrite)
 
+    def streamWriter(self, schema: StructType, overwrite: bool):  # noqa: N802 (Spark's name)
+        from queuey.spark.stream_writer import QueueyStreamWriter
+
+        return QueueyStreamWriter(self.options, schema, overwrite)
+
 
 def register(spark) -> None:
     """Make ``format("queuey")`` available in ``spark`` (a SparkSession).
@@ -59,6 +64,8 @@ def register(spark) -> None:
     travels to them by value.
     """
     parallelism = spark.sparkContext.defaultParallelism
+    # Spark 4.1+ refuses a reader with ``pushFilters`` unless push-down is on.
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     source = type(
         "QueueyDataSource",
         (QueueyDataSource,),
