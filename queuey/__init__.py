@@ -1,104 +1,18 @@
 """Queuey: a durable, partitioned message queue served over HTTP.
 
-``main`` is the one app factory (the ``paste.app_factory`` entry point).
+``main`` is the one app factory (the ``paste.app_factory`` entry point); it
+lives in :mod:`queuey.app`, imported only when an app is built, so that
+processes that use only the storage or the Spark code (Spark's Python
+workers start one per task planner) do not load the web framework.
 """
 
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import Any
 
-# Pyramid 2.1 imports pkg_resources; the deprecation is not ours to act on and
-# would otherwise print on every start.
-warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
-from pyramid.config import Configurator
-from pyramid.request import Request
+def main(global_config: dict | None = None, config: Any = None, **settings: Any):
+    """Build the WSGI app (see :func:`queuey.app.main`)."""
+    from queuey.app import main as build
 
-from queuey.applications import load_applications
-from queuey.clock import SYSTEM_CLOCK, Clock
-from queuey.errors import ConfigurationError
-from queuey.groups import Groups
-from queuey.overview import Overview
-from queuey.settings import check_max_ttl, check_read_delay, load_settings
-from queuey.storage import Storage, load_backend
-from queuey.web.coordination import Coordination
-from queuey.web.resources import QueueCache
-
-log = logging.getLogger(__name__)
-
-
-class QueueyRequest(Request):
-    """Bodies stay in memory: views check their size against the configured
-    limits before reading them, and waitress caps what it buffers
-    (``max_request_body_size``), so WebOb's spill to a temporary file for
-    bodies over 10 KiB would only cost a file (and leak its handle)."""
-
-    request_body_tempfile_limit = 2**30
-
-
-def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
-    """Build the WSGI app.
-
-    Tests may pass ``queuey.clock`` (a :class:`~queuey.clock.Clock`) and
-    ``queuey.storage.instance`` (a ready :class:`~queuey.storage.Storage`) in
-    ``settings``; everything else comes from the ini.
-    """
-    parsed = load_settings(settings)
-    clock: Clock = settings.get("queuey.clock") or SYSTEM_CLOCK
-    given: Storage | None = settings.get("queuey.storage.instance")
-    storage = given or load_backend(parsed.storage_backend, parsed.raw, clock)
-    try:
-        # Settings that must agree with the backend; a storage we opened
-        # is closed again if they do not.
-        check_read_delay(parsed, storage.write_timeout_seconds)
-        check_max_ttl(parsed, storage.max_ttl)
-    except ConfigurationError:
-        if given is None:
-            storage.close()
-        raise
-
-    if config is None:
-        config = Configurator(settings=settings)
-    registry = config.registry
-    registry.queuey_settings = parsed
-    registry.applications = load_applications(parsed.applications_file)
-    registry.storage = storage
-    registry.clock = clock
-    registry.queue_cache = QueueCache(parsed.metadata_cache_seconds)
-    registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
-    registry.overview = Overview(
-        storage,
-        clock,
-        lambda: registry.applications.keys(),
-        interval=parsed.stats_interval,
-        max_age=parsed.stats_max_age,
-        budget=parsed.stats_budget,
-        max_queues=parsed.stats_max_queues,
-    )
-    registry.groups = None
-    if parsed.zookeeper_hosts:
-        registry.groups = Groups(
-            parsed.zookeeper_hosts,
-            parsed.groups_root,
-            storage,
-            clock,
-            lambda: registry.applications.keys(),
-            max_age=parsed.stats_max_age,
-        )
-        registry.overview.after_pass.append(registry.groups.refresh_if_stale)
-
-    config.set_request_factory(QueueyRequest)
-    config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)
-    config.add_request_method(lambda request: request.registry.clock, "clock", reify=True)
-    config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)
-    config.include("queuey.web.security")
-    config.include("queuey.web")
-    config.include("queuey.sqs.views")
-    if parsed.admin_enabled:
-        config.include("queuey.admin")
-    config.scan("queuey.web")
-    registry.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
-    log.info("queuey ready: storage=%s", parsed.storage_backend)
-    return config.make_wsgi_app()
+    return build(global_config, config, **settings)

@@ -17,10 +17,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 # 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
-_UUID_EPOCH_OFFSET = 0x01B21DD213814000
+UUID_EPOCH_OFFSET = 0x01B21DD213814000
 #: The largest timestamp an id can carry (its 60-bit time field), with room for
 #: :func:`max_uuid`'s exclusive bound.
-MAX_MICROS = ((1 << 60) - 1 - _UUID_EPOCH_OFFSET) // 10 - 2
+MAX_MICROS = ((1 << 60) - 1 - UUID_EPOCH_OFFSET) // 10 - 2
 MICROS = 1_000_000
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -64,7 +64,7 @@ class IdGenerator:
 
 
 def make_uuid(micros: int, node: int, clock_seq: int) -> uuid.UUID:
-    t = micros * 10 + _UUID_EPOCH_OFFSET
+    t = micros * 10 + UUID_EPOCH_OFFSET
     time_low = t & 0xFFFFFFFF
     time_mid = (t >> 32) & 0xFFFF
     time_hi_version = ((t >> 48) & 0x0FFF) | 0x1000
@@ -85,7 +85,7 @@ def max_uuid(micros: int) -> uuid.UUID:
 
 def micros_of(message_id: uuid.UUID) -> int:
     """The timestamp (microseconds since the epoch) a version-1 id carries."""
-    return (message_id.time - _UUID_EPOCH_OFFSET) // 10
+    return (message_id.time - UUID_EPOCH_OFFSET) // 10
 
 
 def parse_id(text: str) -> uuid.UUID:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -29,7 +30,8 @@ from pyspark.sql.types import (
 
 from queuey import ids
 from queuey.errors import ConfigurationError
-from queuey.storage import Message
+from queuey.spark.columns import page_bodies, page_hex, page_micros
+from queuey.storage import MessagePage
 
 DEFAULT_SCHEMA = StructType(
     [
@@ -75,51 +77,53 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
-def batch_builder(schema: StructType, queue: str) -> Callable[[Sequence[Message]], Any]:
+Column = Callable[[MessagePage, "list[Any] | None"], pa.Array]
+
+
+def _column(name: str, dtype: DataType, target: pa.DataType, queue: str) -> Column:
+    """How one column of ``schema`` is built from a page (and its parsed bodies)."""
+    if name == "message_id":
+        return lambda page, bodies: page_hex(page.ids)
+    if name in ("timestamp", "timestamp_micros"):
+        if isinstance(dtype, TimestampType | LongType):
+            return lambda page, bodies: pa.array(page_micros(page.ids), type=target)
+        if isinstance(dtype, DoubleType):
+            return lambda page, bodies: pa.array(page_micros(page.ids) / ids.MICROS, type=target)
+        raise ConfigurationError(
+            "schema", f"{name} must be TIMESTAMP, DOUBLE or BIGINT, not {dtype}"
+        )
+    if name == "partition":
+        return lambda page, bodies: pa.array(np.full(len(page), page.partition, np.int32))
+    if name == "body":
+        return lambda page, bodies: page_bodies(page.bodies)
+    if name == "queue":
+        return lambda page, bodies: pa.array([queue] * len(page), type=pa.string())
+    return lambda page, bodies: pa.array(
+        [_coerce(b.get(name), dtype) if isinstance(b, dict) else None for b in bodies or ()],
+        type=target,
+    )
+
+
+def batch_builder(schema: StructType, queue: str) -> Callable[[MessagePage], pa.RecordBatch]:
     """A function turning a page of stored messages into an Arrow record batch.
 
     Known columns (``MESSAGE_COLUMNS``) come from the message; every other
     column is the body field of that name (``None`` when absent or of another
     type). ``timestamp`` may be declared TIMESTAMP (exact to the microsecond),
-    DOUBLE (seconds) or BIGINT (microseconds). Columns are built whole, so
-    Spark receives Arrow data without a per-row conversion.
+    DOUBLE (seconds) or BIGINT (microseconds). The message columns are built
+    whole from the page's bytes (no Python object per row); only body fields
+    parse each body.
     """
     target = arrow_schema(schema)
-    columns: list[Callable[[Sequence[Message], list[Any] | None], list[Any]]] = []
-    needs_body = False
-    for f in schema.fields:
-        name, dtype = f.name, f.dataType
-        if name == "message_id":
-            columns.append(lambda ms, bs: [m.id.hex for m in ms])
-        elif name in ("timestamp", "timestamp_micros"):
-            if isinstance(dtype, TimestampType | LongType):
-                columns.append(lambda ms, bs: [m.timestamp for m in ms])
-            elif isinstance(dtype, DoubleType):
-                columns.append(lambda ms, bs: [ids.micros_to_seconds(m.timestamp) for m in ms])
-            else:
-                raise ConfigurationError(
-                    "schema", f"{name} must be TIMESTAMP, DOUBLE or BIGINT, not {dtype}"
-                )
-        elif name == "partition":
-            columns.append(lambda ms, bs: [m.partition for m in ms])
-        elif name == "body":
-            columns.append(lambda ms, bs: [m.body for m in ms])
-        elif name == "queue":
-            columns.append(lambda ms, bs: [queue] * len(ms))
-        else:
-            needs_body = True
-            columns.append(
-                lambda ms, bs, name=name, dtype=dtype: [
-                    _coerce(b.get(name), dtype) if isinstance(b, dict) else None for b in bs
-                ]
-            )
+    columns = [
+        _column(f.name, f.dataType, t.type, queue)
+        for f, t in zip(schema.fields, target, strict=True)
+    ]
+    needs_body = any(f.name not in MESSAGE_COLUMNS for f in schema.fields)
 
-    def build(messages: Sequence[Message]) -> pa.RecordBatch:
-        bodies = [json.loads(m.body) for m in messages] if needs_body else None
-        arrays = [
-            pa.array(column(messages, bodies), type=field.type)
-            for column, field in zip(columns, target, strict=True)
-        ]
+    def build(page: MessagePage) -> pa.RecordBatch:
+        bodies = [json.loads(b) for b in page.bodies] if needs_body else None
+        arrays = [column(page, bodies) for column in columns]
         return pa.RecordBatch.from_arrays(arrays, schema=target)
 
     return build

@@ -15,16 +15,20 @@ from pyspark.sql.types import StructType
 
 from queuey.spark.arrow import batch_builder
 from queuey.spark.options import ReadOptions
-from queuey.spark.slices import Plan, Slice, plan_slices, read_slice
-from queuey.storage import Message
+from queuey.spark.slices import Plan, Slice, plan_slices, read_pages
 
 
 class SlicePartition(InputPartition):
-    """One Spark input partition: a :class:`~queuey.spark.slices.Slice`."""
+    """One Spark input partition: one or more :class:`~queuey.spark.slices.Slice`, read in turn."""
 
-    def __init__(self, piece: Slice) -> None:
-        super().__init__(piece)
-        self.piece = piece
+    def __init__(self, piece: Slice, *more: Slice) -> None:
+        super().__init__((piece, *more))
+        self.pieces = (piece, *more)
+
+    @property
+    def piece(self) -> Slice:
+        """The first (for a streaming batch, the only) slice."""
+        return self.pieces[0]
 
 
 class EmptyPartition(InputPartition):
@@ -35,16 +39,21 @@ class EmptyPartition(InputPartition):
 
 
 def read_batches(piece: Slice, schema: StructType) -> Iterator[Any]:
-    """The slice's messages as Arrow record batches of up to ``page_size`` rows."""
+    """The slice's messages as Arrow record batches, one per page the store sends."""
     build = batch_builder(schema, piece.queue.name)
-    page: list[Message] = []
-    for message in read_slice(piece):
-        page.append(message)
-        if len(page) >= piece.page_size:
-            yield build(page)
-            page = []
-    if page:
+    for page in read_pages(piece):
         yield build(page)
+
+
+def group_slices(pieces: Sequence[Slice], tasks: int) -> list[SlicePartition]:
+    """``pieces`` dealt round robin into at most ``tasks`` input partitions.
+
+    Fewer, larger tasks cost Spark less per message than one task per slice
+    (each task is scheduled, ships the reader and starts a Python read); a
+    queue cut finer than the session's parallelism gains nothing from more.
+    """
+    tasks = max(1, min(tasks, len(pieces)))
+    return [SlicePartition(*pieces[i::tasks]) for i in range(tasks) if pieces[i::tasks]]
 
 
 class QueueyReader(DataSourceReader):
@@ -72,9 +81,17 @@ class QueueyReader(DataSourceReader):
                     page_size=o.page_size,
                 )
             )
-        return [SlicePartition(p) for p in pieces] or [EmptyPartition()]
+        if not pieces:
+            return [EmptyPartition()]
+        if o.slices_per_partition is not None:
+            return [SlicePartition(p) for p in pieces]
+        return group_slices(pieces, o.min_partitions * len(o.queues))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, EmptyPartition):
             return iter(())
-        return read_batches(partition.piece, self.schema)  # type: ignore[attr-defined]
+        return (
+            batch
+            for piece in partition.pieces  # type: ignore[attr-defined]
+            for batch in read_batches(piece, self.schema)
+        )

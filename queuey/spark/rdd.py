@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
+from queuey.spark.columns import page_hex, page_micros
 from queuey.spark.connections import Connection
-from queuey.spark.slices import DEFAULT_PAGE_SIZE, Plan, Slice, plan_slices, read_slice
-from queuey.storage import Message
+from queuey.spark.slices import DEFAULT_PAGE_SIZE, Plan, Slice, plan_slices, read_pages
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -52,21 +52,14 @@ class QueueMessage(NamedTuple):
         return json.loads(self.body)
 
 
-def to_queue_message(message: Message, queue: str) -> QueueMessage:
-    return QueueMessage(
-        message.id.hex,
-        ids.micros_to_seconds(message.timestamp),
-        message.partition,
-        message.body,
-        queue,
-    )
-
-
 def read_messages(piece: Slice) -> Iterator[QueueMessage]:
     """The messages of one slice as :class:`QueueMessage` records (runs on executors)."""
     name = piece.queue.name
-    for message in read_slice(piece):
-        yield to_queue_message(message, name)
+    for page in read_pages(piece):
+        seconds = (page_micros(page.ids) / ids.MICROS).tolist()
+        hexes = page_hex(page.ids).to_pylist()
+        for message_id, timestamp, body in zip(hexes, seconds, page.bodies, strict=True):
+            yield QueueMessage(message_id, timestamp, page.partition, body.decode(), name)
 
 
 class QueueRead(TypedDict, total=False):

@@ -21,7 +21,15 @@ from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
 from queuey.limits import MAX_READ
 from queuey.spark.connections import Connection, HttpConnection, StorageConnection
-from queuey.storage import Message, NewMessage, QueueMeta, ReadQuery, Storage, load_backend
+from queuey.storage import (
+    Message,
+    MessagePage,
+    NewMessage,
+    QueueMeta,
+    ReadQuery,
+    Storage,
+    load_backend,
+)
 
 
 class Source(Protocol):
@@ -36,6 +44,10 @@ class Source(Protocol):
     def read(self, meta: QueueMeta, query: ReadQuery) -> list[Message]: ...
 
     def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int: ...
+
+    def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
+        """``query``'s one partition in id order, as pages (see ``Storage.scan_messages``)."""
+        ...
 
     def now_micros(self) -> int: ...
 
@@ -72,6 +84,9 @@ class StorageSource:
 
     def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int:
         return len(self.storage.put_messages(meta, messages))
+
+    def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
+        return served.count(self.storage.scan_messages(meta, query, page_size))
 
     def close(self) -> None:
         self.storage.close()
@@ -152,6 +167,17 @@ class HttpSource:
             since, since_ts = page[-1].message_id, None
         return out
 
+    def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
+        (partition,) = query.partitions
+        page: list[Message] = []
+        for message in read_forward(self, meta, query, page_size):
+            page.append(message)
+            if len(page) >= page_size:
+                yield served.add(MessagePage.of(partition, page))
+                page = []
+        if page:
+            yield served.add(MessagePage.of(partition, page))
+
     def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int:
         from queuey.client.models import OutgoingMessage
 
@@ -188,6 +214,37 @@ def read_forward(
         if len(page) < want:
             return
         query = replace(query, after_id=page[-1].id)
+
+
+class Served:
+    """What the store sent to this process's scans: rows and bytes.
+
+    Per process (each Spark Python worker keeps its own); tests and tools read
+    it to prove a pushed-down filter made the store send less.
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def add(self, page: MessagePage) -> MessagePage:
+        with self._lock:
+            self.rows += len(page)
+            self.bytes += page.served_bytes
+        return page
+
+    def count(self, pages: Iterator[MessagePage]) -> Iterator[MessagePage]:
+        for page in pages:
+            yield self.add(page)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.rows = self.bytes = 0
+
+
+#: Everything scanned by this process.
+served = Served()
 
 
 # One source per connection per process: Spark reuses Python workers across

@@ -36,8 +36,8 @@ import importlib
 import itertools
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from queuey import ids
@@ -110,6 +110,35 @@ class NewMessage:
     priority: int = 0
     dedup_id: str | None = None
     attributes: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    """Consecutive messages of one partition, in id order, as columns.
+
+    ``ids`` is the 16-byte form of every message id, concatenated;
+    ``bodies`` the JSON texts as UTF-8, in the same order. ``served_bytes``
+    is what the store sent for them (ids, bodies and expiry), for read
+    accounting.
+    """
+
+    partition: int
+    ids: bytes
+    bodies: Sequence[bytes]
+    served_bytes: int
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @classmethod
+    def of(cls, partition: int, messages: Sequence[Message]) -> MessagePage:
+        bodies = [m.body.encode("utf-8") for m in messages]
+        return cls(
+            partition,
+            b"".join(m.id.bytes for m in messages),
+            bodies,
+            sum(map(len, bodies)) + 24 * len(bodies),
+        )
 
 
 @dataclass(frozen=True)
@@ -325,6 +354,28 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
         """Messages of the given partitions matching ``query``, merged by id order."""
+
+    def scan_messages(
+        self, queue: QueueMeta, query: ReadQuery, page_size: int
+    ) -> Iterator[MessagePage]:
+        """Every message of ``query``'s one partition, in id order, as column pages.
+
+        For bulk readers (Spark) that want columns, not :class:`Message`
+        objects. ``query.partitions`` holds exactly one partition;
+        ``query.limit`` and ``query.order`` are ignored (the scan is ascending
+        and reads to the end of the range). Pages hold at most about
+        ``page_size`` messages and are never empty. This default pages through
+        :meth:`read_messages`; a backend may read its rows more directly.
+        """
+        (partition,) = query.partitions
+        query = replace(query, order="ascending", limit=page_size)
+        while True:
+            page = self.read_messages(queue, query)
+            if page:
+                yield MessagePage.of(partition, page)
+            if len(page) < page_size:
+                return
+            query = replace(query, after_id=page[-1].id)
 
     @abc.abstractmethod
     def get_messages(

@@ -253,6 +253,12 @@ def test_min_partitions_spreads_slices_over_partitions_with_messages(spark, sqli
     wide = target.queue(partitions=6)
     target.post(wide, [{"i": i} for i in range(30)], partition=[1, 2, 5])
     frame = read(spark, target, wide.name)
-    assert frame.rdd.getNumPartitions() == 6  # 2 slices for each of the 3 holding messages
+    # As many queue partitions as tasks wanted: one slice each, no probe,
+    # dealt into the 4 tasks.
+    assert frame.rdd.getNumPartitions() == 4
     assert frame.count() == 30
-    assert read(spark, target, wide.name, slicesPerPartition=1).rdd.getNumPartitions() == 3
+    assert read(spark, target, wide.name, slicesPerPartition=1).rdd.getNumPartitions() == 6
+    # More tasks than partitions: slices go to the 3 partitions holding messages.
+    finer = read(spark, target, wide.name, minPartitions=12)
+    assert finer.rdd.getNumPartitions() == 12
+    assert finer.count() == 30

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from queuey.settings import dedup_window
 from queuey.storage import (
     DeadLetter,
     Message,
+    MessagePage,
     MessageRef,
     NewMessage,
     QueueMeta,
@@ -37,7 +38,7 @@ from queuey.storage import (
     Storage,
 )
 from queuey.storage.cassandra import queues
-from queuey.storage.cassandra.reads import hidden, message_of, read_messages
+from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
     P_META,
@@ -221,6 +222,14 @@ class CassandraStorage(Storage):
         if query.limit <= 0 or not query.partitions:
             return []
         return read_messages(self._connection(), queue, query, self._max_ttl_micros)
+
+    def scan_messages(
+        self, queue: QueueMeta, query: ReadQuery, page_size: int
+    ) -> Iterator[MessagePage]:
+        with unavailable("scan messages"):
+            yield from scan_partition(
+                self._connection(), queue, query, self._max_ttl_micros, page_size
+            )
 
     def _by_ref(
         self, c: Connection, queue: QueueMeta, refs: Sequence[MessageRef], stmt: Any

@@ -13,13 +13,13 @@ from __future__ import annotations
 import collections
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cassandra.cluster import ResponseFuture
 from cassandra.query import BoundStatement, PreparedStatement
 
 from queuey import ids
-from queuey.storage import Message, QueueMeta, ReadQuery, merge_partitions
+from queuey.storage import Message, MessagePage, QueueMeta, ReadQuery, merge_partitions
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection, RangeStatements
 
@@ -77,6 +77,46 @@ def read_messages(
     for r in readers:  # then every partition's first bucket, concurrently
         r.prime()
     return merge_partitions([r.messages() for r in readers], query.limit, plan.descending)
+
+
+def scan_partition(
+    c: Connection, queue: QueueMeta, query: ReadQuery, max_ttl_micros: int, page_size: int
+) -> Iterator[MessagePage]:
+    """Every message of ``query``'s one partition in id order, as column pages.
+
+    The bulk path (Spark): rows come as bytes (no UUID or text decoding per
+    row), ``page_size`` at a time, and the next page is always being fetched
+    while the caller works on the current one.
+    """
+    (partition,) = query.partitions
+    plan = ReadPlan.make(
+        c, queue, replace(query, order="ascending", limit=page_size), max_ttl_micros
+    )
+    if plan is None:
+        return
+    yield from PartitionReader(plan, partition, c.st.scan).pages()
+
+
+def _column_page(plan: ReadPlan, partition: int, rows: list) -> MessagePage | None:
+    """A scan page from rows of ``RangeStatements.SCAN_COLS``, dead rows dropped."""
+    raw_ids, bodies, expires = zip(*rows, strict=True)
+    served = sum(map(len, bodies)) + 24 * len(bodies)
+    now = plan.now
+    after = plan.after_id.bytes if plan.after_id is not None else None
+    # Delayed ids not due yet can only lie past now.
+    future = ids.micros_of(plan.hi_id) > now
+    if min(expires) > now and raw_ids[0] != after and not future:
+        return MessagePage(partition, b"".join(raw_ids), bodies, served)
+    keep = [
+        i
+        for i, (raw, expiry) in enumerate(zip(raw_ids, expires, strict=True))
+        if expiry > now and raw != after and not (future and hidden(uuid.UUID(bytes=raw), now))
+    ]
+    if not keep:
+        return None
+    return MessagePage(
+        partition, b"".join(raw_ids[i] for i in keep), [bodies[i] for i in keep], served
+    )
 
 
 @dataclass(frozen=True)
@@ -251,6 +291,35 @@ class PartitionReader:
         if self._msg_future is None and self._more_buckets():
             self._bucket = self._buckets.popleft()
             self._msg_future = self._query_bucket()
+
+    def _next_bucket(self) -> bool:
+        """Send the query of the next bucket to read; False when there is none."""
+        if not self._more_buckets():
+            return False
+        self._bucket = self._buckets.popleft()
+        self._msg_future = self._query_bucket()
+        return True
+
+    def pages(self) -> Iterator[MessagePage]:
+        """Column pages of a scan (``source`` is ``Statements.scan``).
+
+        The next request (the bucket's next page, or the next bucket) is sent
+        before the current page is handed over, so Cassandra works while the
+        caller does.
+        """
+        self.start()
+        while self._msg_future is not None or self._next_bucket():
+            assert self._msg_future is not None
+            rs = self._msg_future.result()
+            self._msg_future = None
+            rows = rs.current_rows
+            if rs.paging_state is not None:
+                self._msg_future = self._query_bucket(rs.paging_state)
+            else:
+                self._next_bucket()
+            page = _column_page(self.plan, self.partition, rows) if rows else None
+            if page is not None:
+                yield page
 
     def messages(self) -> Iterator[Message]:
         p = self.plan

@@ -68,6 +68,11 @@ class Statements:
             "VALUES (?, ?, ?, ?) USING TTL ?"
         )
         self.messages = RangeStatements(p, ks, "messages", "message_buckets", "", mcols)
+        #: Bulk scans (:func:`.reads.scan_partition`): ids and bodies as bytes,
+        #: which the driver hands over without building UUIDs or decoding text.
+        self.scan = RangeStatements(
+            p, ks, "messages", "message_buckets", "", RangeStatements.SCAN_COLS
+        )
         # ``messages_asc`` / ``buckets_asc`` etc. kept as names for the reader
         self.buckets_desc = self.messages.index_desc
         self.buckets_asc = self.messages.index_asc
@@ -81,7 +86,7 @@ class Statements:
             p, ks, "priority_messages", "priority_buckets", " AND priority = ?", mcols
         )
         # the same without bodies, for counting (stats)
-        light = "id, expires, priority"
+        light = RangeStatements.LIGHT_COLS
         self.message_ids = RangeStatements(p, ks, "messages", "message_buckets", "", light)
         self.priority_ids = RangeStatements(
             p, ks, "priority_messages", "priority_buckets", " AND priority = ?", light
@@ -159,6 +164,11 @@ class RangeStatements:
     rows of one bucket, each in both orders. ``extra_key`` names the key columns
     beyond (incarnation, partition), e.g. the priority of the priority index."""
 
+    #: The columns of the counting statements (no bodies).
+    LIGHT_COLS = "id, expires, priority"
+    #: The columns of the scan statements: raw id bytes, UTF-8 body, expiry.
+    SCAN_COLS = "timeuuidAsBlob(id), textAsBlob(body), expires"
+
     def __init__(
         self, p: Callable[[str], Any], ks: str, rows: str, index: str, extra_key: str, cols: str
     ) -> None:
@@ -177,7 +187,7 @@ class RangeStatements:
             "AND bucket = ? AND id >= ? AND id < ?"
         )
         #: Rows are (id, expires, priority) only: no bodies.
-        self.light = cols.count(",") == 2
+        self.light = cols == self.LIGHT_COLS
         self.rows_asc = p(f"SELECT {cols} {where} ORDER BY id ASC")
         self.rows_desc = p(f"SELECT {cols} {where} ORDER BY id DESC")
 
