@@ -6,10 +6,14 @@ version-1 UUIDs; numpy reads their fields in place.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from queuey import ids
+from queuey.storage import MessagePage
 
 #: Two hex digits for every byte value: ids become text without a per-row loop.
 _HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")
@@ -41,3 +45,15 @@ def page_hex(raw_ids: bytes) -> pa.Array:
 def page_bodies(bodies) -> pa.Array:
     """UTF-8 bodies as an Arrow string array (the store keeps valid text: no check)."""
     return pa.array(bodies, type=pa.binary()).view(pa.string())
+
+
+def keep_ids(page: MessagePage, wanted: pa.Array) -> MessagePage | None:
+    """The messages of ``page`` whose hex id is in ``wanted`` (None when none is)."""
+    mask = pc.is_in(page_hex(page.ids), value_set=wanted).to_numpy(zero_copy_only=False)
+    chosen = np.flatnonzero(mask)
+    if not len(chosen):
+        return None
+    if len(chosen) == len(page):
+        return page
+    raw = np.frombuffer(page.ids, dtype="V16")[chosen].tobytes()
+    return replace(page, ids=raw, bodies=[page.bodies[i] for i in chosen])

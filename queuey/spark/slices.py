@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from queuey import ids
@@ -210,6 +210,8 @@ class Plan:
     slices_per_partition: int | None = None
     min_slices: int = 1
     page_size: int = DEFAULT_PAGE_SIZE
+    #: Only partitions it accepts are read (pushed-down filters).
+    partition_filter: Callable[[int], bool] | None = None
 
 
 def plan_slices(plan: Plan) -> list[Slice]:
@@ -226,6 +228,8 @@ def plan_slices(plan: Plan) -> list[Slice]:
         raise ValueError(
             f"queue {plan.queue!r} has partitions 1..{meta.partitions}; asked for {bad}"
         )
+    if plan.partition_filter is not None:
+        partitions = tuple(p for p in partitions if plan.partition_filter(p))
     now = plan.now_micros if plan.now_micros is not None else source.now_micros()
     # ``until`` is inclusive for callers; storage bounds are exclusive.
     cutoff = now - source.read_delay_micros
