@@ -10,10 +10,14 @@ messages of about 200 bytes over ``--partitions`` partitions, then measures
 * ``spark_rdd``: the same through ``queuey.spark.queue_rdd(...).count()``
   (rows stay in the Python workers);
 * ``driver_loop``: one Python process paging through every partition with
-  ``Storage.read_messages`` (1000 rows a page), the way a script without Spark
-  would read the same rows.
+  ``Storage.read_messages`` (``--page-size`` rows a page, as Spark reads), the
+  way a script without Spark would read the same rows;
+* ``where``: the DataFrame read with a ``where`` on ``timestamp`` selecting a
+  tenth of the queue, pushed down to the store (PySpark 4.1+), and what the
+  store served for it and for the whole queue (rows and bytes, counted by the
+  data source's reader run in this process, as Spark's executors run it).
 
-Each is run ``--runs`` times; the best run counts (the first Spark run also
+Each is run ``--runs`` times and the median counts (the first Spark run also
 pays for starting its Python workers and their connections, reported as
 ``spark_first_run_s``). Prints one JSON object.
 """
@@ -24,17 +28,24 @@ import argparse
 import concurrent.futures
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
+
+import pyspark
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from queuey import ids  # noqa: E402
 from queuey.clock import ManualClock  # noqa: E402
 from queuey.spark import StorageConnection, local_session, queue_rdd  # noqa: E402
+from queuey.spark.slices import DEFAULT_PAGE_SIZE  # noqa: E402
 from queuey.storage import NewMessage, QueueMeta, ReadQuery, load_backend  # noqa: E402
 
 APPLICATION = "bench"
@@ -84,7 +95,7 @@ def fill(storage, meta: QueueMeta, count: int, batch: int = 200, threads: int = 
     return time.perf_counter() - started
 
 
-def driver_loop(storage, meta: QueueMeta) -> int:
+def driver_loop(storage, meta: QueueMeta, page_size: int) -> int:
     """Every message of every partition, one page after another, in this process."""
     now = time.time_ns() // 1000
     total = 0
@@ -96,16 +107,35 @@ def driver_loop(storage, meta: QueueMeta) -> int:
                 ReadQuery(
                     partitions=[partition],
                     now_micros=now,
-                    limit=1000,
+                    limit=page_size,
                     order="ascending",
                     after_id=after,
                 ),
             )
             total += len(page)
-            if len(page) < 1000:
+            if len(page) < page_size:
                 break
             after = page[-1].id
     return total
+
+
+def served_by_reader(options: dict[str, str], where: list) -> dict[str, int]:
+    """Rows and bytes the store serves for a read, reading it in this process the
+    way Spark's planner and executors call the data source's reader."""
+    from queuey.spark.arrow import DEFAULT_SCHEMA
+    from queuey.spark.datasource import QueueyDataSource
+    from queuey.spark.sources import served
+
+    reader = QueueyDataSource(options).reader(DEFAULT_SCHEMA)
+    left = list(reader.pushFilters(where)) if where else []
+    served.reset()
+    rows = sum(b.num_rows for part in reader.partitions() for b in reader.read(part))
+    return {
+        "rows": rows,
+        "served_rows": served.rows,
+        "served_bytes": served.bytes,
+        "filters_left_to_spark": len(left),
+    }
 
 
 def timed(fn, runs: int) -> tuple[list[float], int]:
@@ -117,6 +147,26 @@ def timed(fn, runs: int) -> tuple[list[float], int]:
     return times, result
 
 
+def window(storage, meta: QueueMeta) -> tuple[datetime, datetime]:
+    """The first tenth of the queue's time span (the fill is spread evenly in time)."""
+    now = time.time_ns() // 1000
+    first, last = [], []
+    for partition in range(1, meta.partitions + 1):
+        query = ReadQuery(partitions=[partition], now_micros=now, limit=1)
+        first += storage.read_messages(meta, replace(query, order="ascending"))
+        last += storage.read_messages(meta, replace(query, order="descending"))
+    lo = min(m.timestamp for m in first)
+    hi = max(m.timestamp for m in last)
+    cut = lo + (hi - lo) // 10
+    return ids.micros_to_datetime(lo), ids.micros_to_datetime(cut)
+
+
+def pushed_where(start: datetime, end: datetime) -> list:
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    return [GreaterThanOrEqual(("timestamp",), start), LessThan(("timestamp",), end)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["cassandra", "sqlite"], default="cassandra")
@@ -125,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slices", type=int, default=None, help="time slices per partition (default: auto)"
     )
-    parser.add_argument("--page-size", type=int, default=1000, help="rows per storage read")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--page-size", type=int, default=DEFAULT_PAGE_SIZE, help="rows per storage read"
+    )
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="queuey-bench-spark-") as tmp:
@@ -143,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             fill_s = fill(storage, meta, args.messages)
-            loop_times, loop_count = timed(lambda: driver_loop(storage, meta), args.runs)
+            loop_times, loop_count = timed(
+                lambda: driver_loop(storage, meta, args.page_size), args.runs
+            )
 
             spark = local_session(
                 "queuey-bench-spark",
@@ -165,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                 frame = reader.load()
                 spark_times, spark_count = timed(frame.count, args.runs)
                 tasks = frame.rdd.getNumPartitions()
+                # A tenth of the queue by time, the first tenth of the fill.
+                start, end = window(storage, meta)
+                chosen = frame.where((frame.timestamp >= start) & (frame.timestamp < end))
+                where_times, where_count = timed(chosen.count, args.runs)
                 connection = StorageConnection.from_settings(executor_settings)
                 rdd_times, rdd_count = timed(
                     lambda: queue_rdd(
@@ -179,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             finally:
                 spark.stop()
+            options = {**executor_settings, "application": APPLICATION, "queue": meta.name}
+            served_all = served_by_reader(options, [])
+            served_where = served_by_reader(options, pushed_where(start, end))
         finally:
             storage.delete_queue(APPLICATION, meta.name)
             storage.close()
@@ -187,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     if set(counts.values()) != {args.messages}:
         print(f"count mismatch: {counts}", file=sys.stderr)
         return 1
-    spark_rate = args.messages / min(spark_times)
-    rdd_rate = args.messages / min(rdd_times)
-    loop_rate = args.messages / min(loop_times)
+    spark_rate = args.messages / statistics.median(spark_times)
+    rdd_rate = args.messages / statistics.median(rdd_times)
+    loop_rate = args.messages / statistics.median(loop_times)
     result = {
         "backend": args.backend,
         "messages": args.messages,
@@ -202,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         "spark_over_driver_loop": round(spark_rate / loop_rate, 2),
         "spark_rdd_local2_msgs_per_s": round(rdd_rate),
         "spark_rdd_over_driver_loop": round(rdd_rate / loop_rate, 2),
+        "spark_best_msgs_per_s": round(args.messages / min(spark_times)),
+        "driver_loop_best_msgs_per_s": round(args.messages / min(loop_times)),
+        "where_tenth_rows": where_count,
+        "where_tenth_s": round(statistics.median(where_times), 3),
+        "whole_queue_s": round(statistics.median(spark_times), 3),
+        "served_whole_queue": served_all,
+        "served_where_tenth": served_where,
+        "pyspark": pyspark.__version__,
         "page_size": args.page_size,
         "runs": args.runs,
         "cpus": os.cpu_count(),
