@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -41,3 +41,19 @@ def test_hourly_counts(spark, target):
     assert got == dict(expected)
     hours = [r["hour"] for r in rows]
     assert hours == sorted(hours)
+    # The middle hour only, through the pushed-down where.
+    middle = sorted({h for h, _ in expected})[1]
+    since = middle - timedelta(microseconds=1)
+    until = middle + timedelta(hours=1) - timedelta(microseconds=1)
+    rows = hourly.hourly_counts(spark, options, "signature", since, until).collect()
+    got = {(r["hour"].replace(tzinfo=UTC), r["signature"]): r["messages"] for r in rows}
+    assert got == {k: v for k, v in expected.items() if k[0] == middle}
+    assert sum(got.values()) == 6
+
+
+def test_hourly_counts_reads_times_as_a_user_types_them():
+    hourly = load_example("hourly_counts")
+    assert hourly.instant("1795280000") == datetime(2026, 11, 21, 16, 53, 20, tzinfo=UTC)
+    assert hourly.instant("2026-11-21T00:00:00+01:00") == datetime(2026, 11, 20, 23, tzinfo=UTC)
+    with pytest.raises(Exception, match="no time zone"):
+        hourly.instant("2026-11-21T00:00:00")
