@@ -138,6 +138,24 @@ def served_by_reader(options: dict[str, str], where: list) -> dict[str, int]:
     }
 
 
+def profile_reads(storage, meta: QueueMeta, options: dict[str, str], page_size: int) -> None:
+    """Where a single process spends its time reading the queue: the plain loop
+    (``Message`` objects) and the data source's read (column pages to Arrow)."""
+    import cProfile
+    import pstats
+
+    for label, run in (
+        ("driver loop (Storage.read_messages)", lambda: driver_loop(storage, meta, page_size)),
+        ("data source read (scan pages -> Arrow)", lambda: served_by_reader(options, [])),
+    ):
+        profiler = cProfile.Profile()
+        started = time.process_time()
+        profiler.runcall(run)
+        print(f"\n== {label}: {time.process_time() - started:.2f} s CPU", file=sys.stderr)
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("tottime").print_stats(12)
+
+
 def timed(fn, runs: int) -> tuple[list[float], int]:
     times, result = [], 0
     for _ in range(runs):
@@ -179,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "--page-size", type=int, default=DEFAULT_PAGE_SIZE, help="rows per storage read"
     )
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile the driver loop and the data source's read in this process "
+        "(printed to stderr)",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="queuey-bench-spark-") as tmp:
@@ -223,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                 start, end = window(storage, meta)
                 chosen = frame.where((frame.timestamp >= start) & (frame.timestamp < end))
                 where_times, where_count = timed(chosen.count, args.runs)
+                # Spark's own cost per query, whatever it reads: the same read of
+                # an empty queue (planning, scheduling, Python workers, hand-off).
+                empty = storage.create_queue(replace(meta, name=f"{meta.name}e"))
+                empty_frame = reader.option("queue", empty.name).load()
+                empty_times, _ = timed(empty_frame.count, args.runs)
+                storage.delete_queue(APPLICATION, empty.name)
                 connection = StorageConnection.from_settings(executor_settings)
                 rdd_times, rdd_count = timed(
                     lambda: queue_rdd(
@@ -240,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             options = {**executor_settings, "application": APPLICATION, "queue": meta.name}
             served_all = served_by_reader(options, [])
             served_where = served_by_reader(options, pushed_where(start, end))
+            if args.profile:
+                profile_reads(storage, meta, options, args.page_size)
         finally:
             storage.delete_queue(APPLICATION, meta.name)
             storage.close()
@@ -265,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark_rdd_over_driver_loop": round(rdd_rate / loop_rate, 2),
         "spark_best_msgs_per_s": round(args.messages / min(spark_times)),
         "driver_loop_best_msgs_per_s": round(args.messages / min(loop_times)),
+        "spark_empty_queue_s": round(statistics.median(empty_times), 3),
         "where_tenth_rows": where_count,
         "where_tenth_s": round(statistics.median(where_times), 3),
         "whole_queue_s": round(statistics.median(spark_times), 3),
