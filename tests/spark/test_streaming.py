@@ -4,8 +4,8 @@ The end-to-end tests run real streaming queries on local Spark with a
 checkpoint directory and a sink that is idempotent per batch id (each batch
 overwrites its own file), stop and restart them while the queue grows, and
 check that the union of everything delivered is every message exactly once.
-The reader tests drive :class:`QueueyStreamReader` directly, the way Spark's
-planner process does, to pin down offsets and admission control.
+The reader itself is driven without Spark in ``test_stream_reader.py`` and
+``test_stream_admission.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.storage import NewMessage, load_backend
+from tests.support import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -64,14 +65,21 @@ def stream(spark, target, queue: str, **options):
     return reader.load()
 
 
-def run_available_now(frame, checkpoint: Path, sink: BatchFiles) -> None:
+def run_available_now(frame, checkpoint: Path, sink: BatchFiles):
     query = (
         frame.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
+    assert query.awaitTermination(120), "the availableNow query did not stop"
+    return query
+
+
+def input_rows(query) -> list[int]:
+    """Rows of each micro-batch that read anything, in batch order."""
+    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
+    return [p["numInputRows"] for p in progress if p["numInputRows"]]
 
 
 def test_exactly_once_across_restarts(spark, target, tmp_path):
@@ -81,18 +89,14 @@ def test_exactly_once_across_restarts(spark, target, tmp_path):
     checkpoint = tmp_path / "checkpoint"
     frame = stream(spark, target, meta.name, maxMessagesPerTrigger=30)
 
-    # Spark 4.0 runs availableNow as one micro-batch for Python sources, so each
-    # run admits at most 30 messages.
-    run_available_now(frame, checkpoint, sink)
-    assert len(sink.delivered()) == 30
-    run_available_now(frame, checkpoint, sink)
+    # availableNow drains the backlog in micro-batches of at most 30 (PySpark 4.2+).
+    assert input_rows(run_available_now(frame, checkpoint, sink)) == [30, 20]
     assert len(sink.delivered()) == 50
 
     target.clock.advance(1)
     posted += target.post_many(meta, 41)
-    for _ in range(3):
-        run_available_now(frame, checkpoint, sink)
-    run_available_now(frame, checkpoint, sink)  # nothing new: no batch, no error
+    assert input_rows(run_available_now(frame, checkpoint, sink)) == [30, 11]
+    assert input_rows(run_available_now(frame, checkpoint, sink)) == []  # nothing new
 
     delivered = sink.delivered()
     assert len(delivered) == len(set(delivered)) == 91
@@ -107,7 +111,6 @@ def test_a_failed_batch_is_replayed_with_the_same_messages(spark, target, tmp_pa
     sink = BatchFiles(tmp_path / "out", fail_once_on=1)
     frame = stream(spark, target, meta.name, maxMessagesPerTrigger=25)
 
-    run_available_now(frame, checkpoint, sink)  # batch 0
     query = (
         frame.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
@@ -116,12 +119,12 @@ def test_a_failed_batch_is_replayed_with_the_same_messages(spark, target, tmp_pa
     )
     with pytest.raises(Exception, match="sink failure in batch 1"):
         query.awaitTermination(120)
+    assert sink.batch_sizes() == {0: 25}
     # Batch 1's offsets are in the checkpoint but it never committed. More
     # messages arrive; the restarted query first replays batch 1 exactly.
     target.clock.advance(1)
     posted += target.post_many(meta, 30)
-    for _ in range(4):
-        run_available_now(frame, checkpoint, sink)
+    assert input_rows(run_available_now(frame, checkpoint, sink)) == [15, 25, 5]
 
     delivered = sink.delivered()
     assert len(delivered) == len(set(delivered)) == 70
@@ -177,26 +180,19 @@ def test_processing_time_query_follows_concurrent_writers(spark, target, tmp_pat
     query = start()
     try:
         write_concurrently(3.0)
-        _wait_for(lambda: len(sink.delivered()) >= len(posted) // 2)
+        wait_until(lambda: len(sink.delivered()) >= len(posted) // 2, 120, "half the messages")
     finally:
         query.stop()
     write_concurrently(1.0)
     query = start()
     try:
-        _wait_for(lambda: len(sink.delivered()) >= len(posted))
-        time.sleep(1.0)  # a few more triggers: nothing else may arrive
+        wait_until(lambda: len(sink.delivered()) >= len(posted), 120, "every message")
     finally:
         query.stop()
+    # Nothing else may arrive from where the checkpoint stands.
+    assert input_rows(run_available_now(frame, checkpoint, sink)) == []
     delivered = sink.delivered()
     assert len(posted) > 100
     assert len(delivered) == len(set(delivered))
     assert set(delivered) == set(posted)
     assert max(sink.batch_sizes().values()) <= 40
-
-
-def _wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the stream")
-        time.sleep(0.2)
