@@ -2,6 +2,9 @@
 
 A row's ``body`` column (or its other columns) is the message; ``partition``,
 ``partition_key`` and ``ttl`` columns place it (:data:`CONTROL_COLUMNS`).
+:class:`Sink` turns rows into messages and posts them: the one implementation
+behind :class:`QueueyWriter` and the streaming sink
+(:class:`~queuey.spark.stream_writer.QueueyStreamWriter`).
 """
 
 from __future__ import annotations
@@ -9,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -29,7 +33,7 @@ from queuey.spark.options import (
     int_option,
     required_option,
 )
-from queuey.spark.sources import open_source
+from queuey.spark.sources import Source, StorageSource, open_source
 from queuey.storage import NewMessage, QueueMeta
 
 log = logging.getLogger(__name__)
@@ -43,9 +47,60 @@ CONTROL_COLUMNS = ("partition", "partition_key", "ttl")
 
 @dataclass
 class QueueyCommitMessage(WriterCommitMessage):
-    """What one write task posted."""
+    """What one write task did.
+
+    ``messages`` were stored; ``duplicates`` were posted again with a
+    ``dedup_id`` the store had seen, and stored nothing; the task wrote from
+    ``started`` (seconds since the epoch) for ``seconds``.
+    """
 
     messages: int
+    duplicates: int = 0
+    started: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def per_second(self) -> float:
+        """Rows this task posted (stored or dropped as repeats) per second."""
+        return (self.messages + self.duplicates) / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class WriteTotals:
+    """One write job's (or micro-batch's) commit messages added up.
+
+    ``seconds`` is the job's writing time, from the first task's start to the
+    last task's end, so ``per_second`` is the sink's throughput however many
+    tasks ran at once.
+    """
+
+    tasks: int
+    messages: int
+    duplicates: int
+    seconds: float
+
+    @classmethod
+    def of(cls, messages: Sequence[WriterCommitMessage | None]) -> WriteTotals:
+        done = [m for m in messages if isinstance(m, QueueyCommitMessage)]
+        spans = [(m.started, m.started + m.seconds) for m in done if m.started]
+        seconds = max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0
+        return cls(
+            tasks=len(done),
+            messages=sum(m.messages for m in done),
+            duplicates=sum(m.duplicates for m in done),
+            seconds=seconds,
+        )
+
+    @property
+    def per_second(self) -> float:
+        posted = self.messages + self.duplicates
+        return posted / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.messages} messages stored, {self.duplicates} duplicates dropped, "
+            f"{self.tasks} tasks, {self.seconds:.3f} s, {self.per_second:.0f} messages/s"
+        )
 
 
 def _json_default(value: Any) -> Any:
@@ -78,12 +133,47 @@ def _next_partition(partitions: int) -> int:
     return _round_robin % partitions + 1
 
 
-class QueueyWriter(DataSourceWriter):
-    """Posts rows as messages, ``batchSize`` at a time, from each write task.
+@dataclass(frozen=True)
+class RowMessage:
+    """A row as a message: its JSON text and the placement the row gave (if any)."""
 
-    Each batch is stored all or nothing, but a Spark job is not one
-    transaction: a failed job leaves the batches it posted, and a retried
-    task posts its rows again (at-least-once).
+    body: str
+    partition: int | None
+    partition_key: str | None
+    ttl: int | None
+
+    def identity(self) -> bytes:
+        """What makes two rows the same message (the chosen partition does not)."""
+        return json.dumps([self.body, self.partition, self.partition_key, self.ttl]).encode()
+
+
+#: Gives a message its ``dedup_id`` (or None).
+DedupIds = Callable[[RowMessage], str | None]
+
+
+def put_counting_duplicates(
+    source: Source, meta: QueueMeta, batch: Sequence[NewMessage]
+) -> tuple[int, int]:
+    """Post ``batch``: (messages stored, repeated ``dedup_id`` s that stored nothing).
+
+    The store answers a repeat with the first message, minted before this put
+    began, which is how repeats are told from new messages.
+    """
+    if not any(m.dedup_id for m in batch):
+        return source.put(meta, batch), 0
+    if not isinstance(source, StorageSource):
+        raise ConfigurationError("url", "dedup ids are posted through storage connections only")
+    began = source.now_micros()
+    answers = source.storage.put_messages(meta, batch)
+    repeats = sum(1 for m in answers if m.timestamp < began)
+    return len(answers) - repeats, repeats
+
+
+class Sink:
+    """Rows to messages, posted ``batchSize`` at a time: what both writers share.
+
+    Built from the data source options on the driver and shipped to the write
+    tasks, where :meth:`post` opens the executor's own source.
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
@@ -105,7 +195,8 @@ class QueueyWriter(DataSourceWriter):
         else:
             self.max_ttl = self.max_size = 0  # the service checks
 
-    def _message(self, row: Row, meta: QueueMeta) -> NewMessage:
+    def encode(self, row: Row) -> RowMessage:
+        """The row's message text and given placement; ``ValueError`` when it has none."""
         values = row.asDict(recursive=False)
         if self.has_body:
             body = values["body"]
@@ -123,39 +214,70 @@ class QueueyWriter(DataSourceWriter):
         text = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False, default=_json_default)
         if self.max_size and len(text.encode("utf-8")) > self.max_size:
             raise ValueError(f"a message is larger than {self.max_size} bytes")
-        partition = values.get("partition")
-        key = values.get("partition_key")
+        partition, key, ttl = (values.get(c) for c in CONTROL_COLUMNS)
+        return RowMessage(
+            body=text,
+            partition=None if partition is None else int(partition),
+            partition_key=None if key is None else str(key),
+            ttl=int(ttl) if ttl else None,
+        )
+
+    def place(self, encoded: RowMessage, meta: QueueMeta) -> NewMessage:
+        """The message to store: its partition (the row's, its key's, or round robin) and ttl."""
+        partition = encoded.partition
         if partition is None:
             partition = (
-                partition_for_key(str(key), meta.partitions)
-                if key is not None
+                partition_for_key(encoded.partition_key, meta.partitions)
+                if encoded.partition_key is not None
                 else _next_partition(meta.partitions)
             )
-        if not 1 <= int(partition) <= meta.partitions:
+        if not 1 <= partition <= meta.partitions:
             raise ValueError(f"partition {partition} not in 1..{meta.partitions}")
-        ttl = values.get("ttl") or self.ttl or meta.ttl
+        ttl = encoded.ttl or self.ttl or meta.ttl
         if ttl < 1 or (self.max_ttl and ttl > self.max_ttl):
             raise ValueError(f"ttl {ttl} not in 1..{self.max_ttl}")
-        return NewMessage(body=text, partition=int(partition), ttl=int(ttl))
+        return NewMessage(body=encoded.body, partition=partition, ttl=int(ttl))
 
-    def write(self, iterator: Iterator[Row]) -> QueueyCommitMessage:
+    def post(self, rows: Iterable[Row], dedup_ids: DedupIds | None = None) -> QueueyCommitMessage:
+        """Post every row, ``batchSize`` messages a put, each with ``dedup_ids``' id if given."""
+        started = time.time()
+        clock = time.perf_counter()
         source = open_source(self.connection)
         meta = source.queue(self.application, self.queue)
-        posted = 0
+        stored = repeats = 0
         batch: list[NewMessage] = []
-        for row in iterator:
-            batch.append(self._message(row, meta))
+        for row in rows:
+            encoded = self.encode(row)
+            message = self.place(encoded, meta)
+            if dedup_ids is not None:
+                message = replace(message, dedup_id=dedup_ids(encoded))
+            batch.append(message)
             if len(batch) >= self.batch_size:
-                posted += source.put(meta, batch)
-                batch = []
+                new, old = put_counting_duplicates(source, meta, batch)
+                stored, repeats, batch = stored + new, repeats + old, []
         if batch:
-            posted += source.put(meta, batch)
-        return QueueyCommitMessage(posted)
+            new, old = put_counting_duplicates(source, meta, batch)
+            stored, repeats = stored + new, repeats + old
+        return QueueyCommitMessage(stored, repeats, started, time.perf_counter() - clock)
+
+
+class QueueyWriter(DataSourceWriter):
+    """Posts rows as messages, ``batchSize`` at a time, from each write task.
+
+    Each batch is stored all or nothing, but a Spark job is not one
+    transaction: a failed job leaves the batches it posted, and a retried
+    task posts its rows again (at-least-once).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.sink = Sink(options, schema, overwrite)
+
+    def write(self, iterator: Iterable[Row]) -> QueueyCommitMessage:
+        return self.sink.post(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.messages for m in messages if isinstance(m, QueueyCommitMessage))
-        log.info("posted %d messages to %s", total, self.queue)
+        log.info("write to %s: %s", self.sink.queue, WriteTotals.of(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.messages for m in messages if isinstance(m, QueueyCommitMessage))
-        log.warning("write to %s failed after posting %d messages (not undone)", self.queue, total)
+        totals = WriteTotals.of(messages)
+        log.warning("write to %s failed after: %s (not undone)", self.sink.queue, totals)
