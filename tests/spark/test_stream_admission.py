@@ -277,3 +277,21 @@ def test_a_restarted_query_resumes_exactly_with_a_limit(spark, target, tmp_path)
     delivered = sink.delivered()
     assert len(delivered) == len(set(delivered)) == 75
     assert set(delivered) == {m.id.hex for m in posted}
+
+
+@pytest.mark.spark
+def test_trigger_once_reads_everything_whatever_the_limits(spark, target, tmp_path):
+    """Spark asks for ReadAllAvailable under trigger(once=True)."""
+    meta = target.queue(partitions=2)
+    posted = target.post_many(meta, 100)
+    sink = BatchFiles(tmp_path / "out")
+    frame = stream(spark, target, meta.name, maxMessagesPerTrigger=30, maxBytesPerTrigger=500)
+    query = (
+        frame.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(once=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert input_rows(query) == [100]
+    assert sorted(sink.delivered()) == sorted(m.id.hex for m in posted)
