@@ -189,8 +189,9 @@ def test_processing_time_query_follows_concurrent_writers(spark, target, tmp_pat
         wait_until(lambda: len(sink.delivered()) >= len(posted), 120, "every message")
     finally:
         query.stop()
-    # Nothing else may arrive from where the checkpoint stands.
-    assert input_rows(run_available_now(frame, checkpoint, sink)) == []
+    # From where the checkpoint stands nothing new arrives; a batch the stop cut
+    # off before its commit is replayed into its own file.
+    run_available_now(frame, checkpoint, sink)
     delivered = sink.delivered()
     assert len(posted) > 100
     assert len(delivered) == len(set(delivered))
