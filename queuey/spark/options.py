@@ -139,6 +139,7 @@ class ReadOptions:
     page_size: int
     max_messages_per_trigger: int | None
     starting_offsets: str | None
+    max_bytes_per_trigger: int | None = None
 
     @classmethod
     def parse(
@@ -158,4 +159,5 @@ class ReadOptions:
             page_size=int_option(options, "pageSize", DEFAULT_PAGE_SIZE, 1, 100_000),
             max_messages_per_trigger=int_option(options, "maxMessagesPerTrigger", None, 1),
             starting_offsets=text_option(options, "startingOffsets"),
+            max_bytes_per_trigger=int_option(options, "maxBytesPerTrigger", None, 1),
         )

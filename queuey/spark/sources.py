@@ -182,7 +182,9 @@ class HttpSource:
         from queuey.client.models import OutgoingMessage
 
         batch = [
-            OutgoingMessage(body=json.loads(m.body), partition=m.partition, ttl=m.ttl)
+            OutgoingMessage(
+                body=json.loads(m.body), partition=m.partition, ttl=m.ttl, dedup_id=m.dedup_id
+            )
             for m in messages
         ]
         return len(self.client.post_batch(meta.name, batch))
@@ -253,8 +255,8 @@ served = Served()
 _sources: dict[Connection, Source] = {}
 _sources_pid = os.getpid()
 _sources_lock = threading.Lock()
-#: (pid, connection description) for every source this process opened.
-opened_sources: list[tuple[int, str]] = []
+#: (pid, connection) for every source this process opened.
+opened_sources: list[tuple[int, Connection]] = []
 
 
 def open_source(connection: Connection) -> Source:
@@ -272,7 +274,7 @@ def open_source(connection: Connection) -> Source:
             else:
                 source = HttpSource(connection)
             _sources[connection] = source
-            opened_sources.append((os.getpid(), connection.describe()))
+            opened_sources.append((os.getpid(), connection))
         return source
 
 

@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ
 from queuey.spark.batch import SlicePartition, read_batches
-from queuey.spark.options import NAME, ReadOptions, int_option
+from queuey.spark.options import NAME, ReadOptions
 from queuey.spark.positions import Position, check_position, position_key
 from queuey.spark.slices import Slice
 from queuey.spark.sources import Source, open_source, read_forward
@@ -108,16 +108,8 @@ class Budget:
 
     @classmethod
     def from_options(cls, options: ReadOptions) -> Budget:
-        """``maxMessagesPerTrigger`` and ``maxBytesPerTrigger``.
-
-        ``maxBytesPerTrigger`` is read from the options as Spark gave them
-        (``ReadOptions.raw``), since only streams use it.
-        """
-        raw = getattr(options, "raw", None) or {}  # until ReadOptions has its ``raw`` field
-        return cls(
-            rows=options.max_messages_per_trigger,
-            bytes=int_option(raw, "maxBytesPerTrigger", None, 1),
-        )
+        """``maxMessagesPerTrigger`` and ``maxBytesPerTrigger``."""
+        return cls(rows=options.max_messages_per_trigger, bytes=options.max_bytes_per_trigger)
 
     @property
     def bounded(self) -> bool:

@@ -198,20 +198,15 @@ def test_executors_open_their_own_cassandra_session(sc, cassandra_target, monkey
         from queuey.spark import sources as executor_sources
 
         count = sum(1 for _ in rows)
-        sources = [
-            s
-            for s in executor_sources._sources.values()
-            if s.connection.describe() == "queuey.storage.cassandra"
-        ]
-        opened = [
-            entry
-            for entry in executor_sources.opened_sources
-            if entry[1] == "queuey.storage.cassandra"
-        ]
+        # This test's connection only: a worker reused from earlier tests has
+        # opened theirs too.
+        sources = [s for s in executor_sources._sources.values() if s.connection == connection]
+        opened = [entry for entry in executor_sources.opened_sources if entry[1] == connection]
         sessions = [s.storage._conn is not None for s in sources]
         yield os.getpid(), count, len(opened), sessions
 
-    rdd = queue_rdd(sc, target.connection, target.application, meta.name, slices_per_partition=4)
+    connection = target.connection
+    rdd = queue_rdd(sc, connection, target.application, meta.name, slices_per_partition=4)
     stats = rdd.mapPartitions(report).collect()
 
     assert created_here == [], "the driver process created a Cassandra Cluster"

@@ -49,11 +49,12 @@ def test_spark_reads_what_boto3_sent(spark, stored):
             {e["MessageId"].replace("-", ""): f"job {e['Id']}" for e in answer["Successful"]}
         )
 
-    frame = spark.read.format("queuey").options(**options).option("queue", "sqs-to-spark").load()
-
     def complete():
-        # A Cassandra source hides the newest writes for its read delay.
-        rows = frame.select("message_id", "body").collect()
+        # A Cassandra source hides the newest writes for its read delay; a
+        # DataFrame reads one snapshot however often it is used, so each look
+        # loads the queue again.
+        frame = spark.read.format("queuey").options(**options).option("queue", "sqs-to-spark")
+        rows = frame.load().select("message_id", "body").collect()
         return rows if len(rows) == len(sent) else None
 
     rows = wait_until(complete, timeout=60, what="every message sent through SQS read by Spark")

@@ -10,14 +10,12 @@ through ``query.recentProgress``.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.errors import ConfigurationError
-from queuey.spark.options import ReadOptions
 from queuey.spark.sources import open_source
 from queuey.storage import NewMessage, load_backend
 from tests.spark.test_stream_reader import make_reader, read_batch
@@ -197,10 +195,6 @@ def test_available_now_drains_a_backlog_in_bounded_batches(spark, target, tmp_pa
 
 
 @pytest.mark.spark
-@pytest.mark.skipif(
-    "raw" not in {f.name for f in fields(ReadOptions)},
-    reason="maxBytesPerTrigger reaches the reader through ReadOptions.raw (spark/options.py)",
-)
 def test_max_bytes_per_trigger_bounds_each_micro_batch(spark, target, tmp_path):
     meta = target.queue(partitions=3)
     posted = target.post(meta, [padded(i, 200) for i in range(150)])

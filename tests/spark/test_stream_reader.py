@@ -20,11 +20,8 @@ pytestmark = pytest.mark.unit
 
 
 def make_reader(target, queue: str, **options) -> QueueyStreamReader:
-    raw = {**target.options(), "queue": queue, **{k: str(v) for k, v in options.items()}}
-    parsed = ReadOptions.parse(raw)
-    if not hasattr(parsed, "raw"):  # until ReadOptions keeps the options as Spark gave them
-        object.__setattr__(parsed, "raw", raw)
-    return QueueyStreamReader(parsed, DEFAULT_SCHEMA)
+    given = {**target.options(), "queue": queue, **{k: str(v) for k, v in options.items()}}
+    return QueueyStreamReader(ReadOptions.parse(given), DEFAULT_SCHEMA)
 
 
 def read_batch(reader, start, end) -> list[tuple]:
