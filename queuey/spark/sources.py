@@ -43,7 +43,13 @@ class Source(Protocol):
 
     def read(self, meta: QueueMeta, query: ReadQuery) -> list[Message]: ...
 
-    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int: ...
+    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> list[int]:
+        """Store ``messages``; the timestamps (micros) of the messages answered.
+
+        A message whose ``dedup_id`` was seen is answered with the first one
+        stored under it, so its timestamp is older than the put.
+        """
+        ...
 
     def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
         """``query``'s one partition in id order, as pages (see ``Storage.scan_messages``)."""
@@ -82,8 +88,8 @@ class StorageSource:
     def read(self, meta: QueueMeta, query: ReadQuery) -> list[Message]:
         return self.storage.read_messages(meta, query)
 
-    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int:
-        return len(self.storage.put_messages(meta, messages))
+    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> list[int]:
+        return [m.timestamp for m in self.storage.put_messages(meta, messages)]
 
     def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
         return served.count(self.storage.scan_messages(meta, query, page_size))
@@ -178,7 +184,7 @@ class HttpSource:
         if page:
             yield served.add(MessagePage.of(partition, page))
 
-    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> int:
+    def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> list[int]:
         from queuey.client.models import OutgoingMessage
 
         batch = [
@@ -187,7 +193,10 @@ class HttpSource:
             )
             for m in messages
         ]
-        return len(self.client.post_batch(meta.name, batch))
+        return [
+            ids.micros_of(ids.parse_id(p.message_id))
+            for p in self.client.post_batch(meta.name, batch)
+        ]
 
     def close(self) -> None:
         self.client.close()

@@ -28,7 +28,6 @@ from pyspark.sql.types import Row, StructType
 
 from queuey.coerce import BOOLEAN_WORDS, as_bool
 from queuey.errors import ConfigurationError
-from queuey.spark.connections import HttpConnection
 from queuey.spark.options import text_option
 from queuey.spark.writer import QueueyCommitMessage, RowMessage, Sink, WriteTotals
 
@@ -89,12 +88,6 @@ class QueueyStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self.sink = Sink(options, schema, overwrite)
         self.exactly_once = exactly_once_option(options)
-        if self.exactly_once and isinstance(self.sink.connection, HttpConnection):
-            raise ConfigurationError(
-                "url",
-                "the streaming sink posts exactly once through a storage connection "
-                "(backend= or config=); through the HTTP API set exactlyOnce=false",
-            )
 
     def write(self, iterator: Iterator[Row]) -> QueueyCommitMessage:
         dedup_ids = TaskDedupIds.for_this_task() if self.exactly_once else None

@@ -160,8 +160,7 @@ def test_stream_sink_options(sqlite_target):
     with pytest.raises(ConfigurationError, match="append"):
         QueueyStreamWriter(options, BODY_SCHEMA, True)
     http = {"url": "http://127.0.0.1:1", "application": "a", "queue": "q"}
-    with pytest.raises(ConfigurationError, match="exactlyOnce=false"):
-        QueueyStreamWriter(http, BODY_SCHEMA, False)
+    assert QueueyStreamWriter(http, BODY_SCHEMA, False).exactly_once
     assert not QueueyStreamWriter({**http, "exactlyOnce": "no"}, BODY_SCHEMA, False).exactly_once
 
 
@@ -177,3 +176,25 @@ def test_the_sink_counts_the_repeats_the_store_drops(target):
     other_batch = sink.post(rows[:2], TaskDedupIds("q", 1, 0))
     assert (other_batch.messages, other_batch.duplicates) == (2, 0)
     assert len(read_back(target, meta)) == 10
+
+
+def test_the_sink_posts_once_through_the_http_api(live_server):
+    """Over HTTP the service drops the repeats (its dedup ids are the same)."""
+    from queuey.client.http import QueueyClient
+
+    with QueueyClient(live_server.url, live_server.application, live_server.key) as client:
+        client.create_queue("sink-http", partitions=2)
+        options = {
+            "url": live_server.url,
+            "application": live_server.application,
+            "key": live_server.key,
+            "queue": "sink-http",
+            "batchSize": "3",
+        }
+        sink = Sink(options, BODY_SCHEMA, False)
+        rows = [Row(body=json.dumps({"n": i % 4})) for i in range(8)]
+        first = sink.post(rows, TaskDedupIds("q", 0, 0))
+        again = sink.post(reversed(rows), TaskDedupIds("q", 0, 0))
+        assert (first.messages, first.duplicates) == (8, 0)
+        assert (again.messages, again.duplicates) == (0, 8)
+        assert len(list(client.iter_messages("sink-http"))) == 8
