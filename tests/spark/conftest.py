@@ -9,6 +9,7 @@ before the JVM starts) and run the same interpreter as the tests
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import uuid
@@ -30,6 +31,13 @@ HERE = Path(__file__).resolve().parent
 # ResourceWarning when they are finalised. Only that warning is ignored, and
 # only for the tests in this directory.
 PYSPARK_SOCKET_WARNING = "ignore:unclosed <socket.socket:ResourceWarning"
+
+#: Tests that drive a stream through several bounded micro-batches with
+#: ``trigger(availableNow=True)``: PySpark 4.0/4.1 run one batch there.
+needs_available_now = pytest.mark.skipif(
+    importlib.util.find_spec("pyspark.sql.streaming.datasource") is None,
+    reason="bounded availableNow batches need PySpark 4.2 or later",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.errors import ConfigurationError
@@ -21,6 +20,16 @@ from queuey.storage import NewMessage, load_backend
 from tests.spark.test_stream_reader import make_reader, read_batch
 from tests.spark.test_streaming import BatchFiles, input_rows, run_available_now, stream
 from tests.support import wait_until
+
+# Read limits and Trigger.AvailableNow for Python sources came with PySpark 4.2.
+_limits = pytest.importorskip(
+    "pyspark.sql.streaming.datasource", reason="admission control needs PySpark 4.2 or later"
+)
+ReadAllAvailable, ReadMaxBytes, ReadMaxRows = (
+    _limits.ReadAllAvailable,
+    _limits.ReadMaxBytes,
+    _limits.ReadMaxRows,
+)
 
 
 def padded(n: int, size: int) -> dict:

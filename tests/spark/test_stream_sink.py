@@ -21,6 +21,7 @@ from queuey.errors import ConfigurationError
 from queuey.spark.stream_writer import QueueyStreamWriter, TaskDedupIds
 from queuey.spark.writer import QueueyCommitMessage, RowMessage, Sink, WriteTotals
 from queuey.storage import ReadQuery
+from tests.spark.conftest import needs_available_now
 
 BODY_SCHEMA = StructType([StructField("body", StringType())])
 
@@ -72,6 +73,7 @@ def copy_query(spark, target, source: str, dest: str, checkpoint: Path, **sink_o
     return query
 
 
+@needs_available_now
 @pytest.mark.spark
 @pytest.mark.parametrize("exactly_once", [True, False], ids=["dedup", "no-dedup"])
 def test_a_replayed_batch_is_stored_once(spark, target, tmp_path, exactly_once):

@@ -20,6 +20,7 @@ import pytest
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.storage import NewMessage, load_backend
+from tests.spark.conftest import needs_available_now
 from tests.support import wait_until
 
 pytestmark = pytest.mark.spark
@@ -82,6 +83,7 @@ def input_rows(query) -> list[int]:
     return [p["numInputRows"] for p in progress if p["numInputRows"]]
 
 
+@needs_available_now
 def test_exactly_once_across_restarts(spark, target, tmp_path):
     meta = target.queue(partitions=4)
     posted = target.post_many(meta, 50)
@@ -104,6 +106,7 @@ def test_exactly_once_across_restarts(spark, target, tmp_path):
     assert max(sink.batch_sizes().values()) <= 30
 
 
+@needs_available_now
 def test_a_failed_batch_is_replayed_with_the_same_messages(spark, target, tmp_path):
     meta = target.queue(partitions=3)
     posted = target.post_many(meta, 40)
