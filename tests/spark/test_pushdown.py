@@ -215,3 +215,32 @@ def test_selection_and_remaining_filters_keep_exactly_what_spark_would(data):
         )
         got = read and all(_holds(f, row) for f in remaining)
         assert got == want, (row, filters, selection, remaining)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        [GreaterThan(("timestamp",), datetime(9999, 12, 31, tzinfo=UTC))],
+        [LessThan(("timestamp",), datetime(1, 1, 1, tzinfo=UTC))],
+        [GreaterThanOrEqual(("timestamp",), datetime(1, 1, 1, tzinfo=UTC))],
+        [EqualTo(("partition",), 10**30)],
+        [LessThanOrEqual(("partition",), -(10**30))],
+        [In(("partition",), [0, -1, 2**63])],
+        [EqualTo(("message_id",), "\udcff" * 40)],
+        [In(("message_id",), ["", "0" * 32, "g" * 32, "F" * 32])],
+        [EqualTo(("queue",), "")],
+    ],
+    ids=lambda w: type(w[0]).__name__,
+)
+def test_extreme_literals_read_nothing_or_everything_without_failing(sqlite_target, where):
+    """Literals no message can match, or every message does, plan and read cleanly."""
+    from queuey.spark.datasource import QueueyDataSource
+
+    target = sqlite_target
+    meta = target.queue(partitions=2)
+    target.post_many(meta, 10)
+    reader = QueueyDataSource({**target.options(), "queue": meta.name}).reader(DEFAULT_SCHEMA)
+    remaining = list(reader.pushFilters(where))
+    rows = [r for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()]
+    everything = isinstance(where[0], GreaterThanOrEqual)
+    assert remaining == [] and len(rows) == (10 if everything else 0)
