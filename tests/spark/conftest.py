@@ -46,6 +46,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.filterwarnings(PYSPARK_SOCKET_WARNING))
 
 
+@pytest.fixture(autouse=True)
+def _close_test_process_sources():
+    """Close the sources a test opened in this process (tests that call the data
+    source's reader or sink directly, as an executor would), so no store and no
+    sweeper thread outlives its test."""
+    yield
+    from queuey.spark.sources import close_sources
+
+    close_sources()
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession with the ``queuey`` data source registered."""
