@@ -8,7 +8,12 @@ workers start one per task planner) do not load the web framework.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+# Pyramid 2.1 imports pkg_resources; the deprecation is not ours to act on and
+# would otherwise print whenever any part of Queuey loads Pyramid.
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
 
 def main(global_config: dict | None = None, config: Any = None, **settings: Any):

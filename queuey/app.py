@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
-
-# Pyramid 2.1 imports pkg_resources; the deprecation is not ours to act on and
-# would otherwise print on every start.
-warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
 from pyramid.config import Configurator
 from pyramid.request import Request

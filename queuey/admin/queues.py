@@ -12,7 +12,7 @@ from pyramid.view import view_config
 
 from queuey.admin.chart import charts
 from queuey.errors import QueueExists, QueueNotFound
-from queuey.storage import QueueMeta
+from queuey.storage import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.queues import new_queue
 from queuey.web.security import Permission
@@ -22,18 +22,9 @@ PAGE = 50
 #: Most queues measured while rendering one list page (the others show "-"
 #: until the overview's refresher reaches them).
 MEASURE_ON_PAGE = 20
-#: The create form's fields, in the API's names.
-QUEUE_FIELDS = (
-    "queue_name",
-    "partitions",
-    "ttl",
-    "type",
-    "consistency",
-    "visibility_timeout",
-    "max_attempts",
-    "dead_letter_queue",
-    "delay",
-)
+#: The create form's fields, in the API's names: the name and every setting
+#: but the SQS attributes.
+QUEUE_FIELDS = ("queue_name", *(f for f in UPDATABLE_QUEUE_FIELDS if f != "attributes"))
 
 
 def application_name(request) -> str:

@@ -112,6 +112,20 @@ class NewMessage:
     attributes: Mapping[str, str] | None = None
 
 
+#: The queue settings ``Storage.update_queue`` may change, in the order forms show them.
+UPDATABLE_QUEUE_FIELDS = (
+    "partitions",
+    "ttl",
+    "type",
+    "consistency",
+    "visibility_timeout",
+    "max_attempts",
+    "dead_letter_queue",
+    "delay",
+    "attributes",
+)
+
+
 @dataclass(frozen=True)
 class MessagePage:
     """Consecutive messages of one partition, in id order, as columns.

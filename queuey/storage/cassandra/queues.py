@@ -10,24 +10,9 @@ from dataclasses import astuple, replace
 from typing import Any
 
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
-from queuey.storage import QueueMeta
+from queuey.storage import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.storage.cassandra.session import P_META
 from queuey.storage.cassandra.statements import Connection
-
-#: What ``update`` may change.
-UPDATABLE = frozenset(
-    {
-        "partitions",
-        "ttl",
-        "type",
-        "consistency",
-        "visibility_timeout",
-        "max_attempts",
-        "dead_letter_queue",
-        "delay",
-        "attributes",
-    }
-)
 
 
 def from_row(row: Sequence[Any]) -> QueueMeta:
@@ -126,7 +111,7 @@ def _compare_and_set(
 
 
 def update(c: Connection, application: str, name: str, changes: Mapping[str, Any]) -> QueueMeta:
-    unknown = set(changes) - UPDATABLE
+    unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
     if unknown:
         raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
     changes = {key: value for key, value in changes.items() if value is not None}

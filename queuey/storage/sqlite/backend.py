@@ -19,6 +19,7 @@ from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
 from queuey.storage import (
+    UPDATABLE_QUEUE_FIELDS,
     DeadLetter,
     Message,
     MessageRef,
@@ -158,18 +159,7 @@ class SQLiteStorage(Storage):
         return self._db.run(query)
 
     def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
-        allowed = {
-            "partitions",
-            "ttl",
-            "type",
-            "consistency",
-            "visibility_timeout",
-            "max_attempts",
-            "dead_letter_queue",
-            "delay",
-            "attributes",
-        }
-        unknown = set(changes) - allowed
+        unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
         if unknown:
             raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
         with self._db.write() as conn:
