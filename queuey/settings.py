@@ -8,6 +8,7 @@ the service with a :class:`~queuey.errors.ConfigurationError` naming the key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -62,12 +63,27 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def address_in(address: str | None, networks: Iterable[Network]) -> bool:
-    """Whether ``address`` (text, possibly missing or malformed) lies in one of ``networks``."""
+    """Whether ``address`` (text, possibly missing or malformed) lies in one of ``networks``.
+
+    Every request asks this of its peer address, so answers for a tuple of
+    networks (what :func:`parse_networks` gives) are remembered.
+    """
+    if isinstance(networks, tuple):
+        return _address_in_tuple(address, networks)
+    return _address_in(address, networks)
+
+
+def _address_in(address: str | None, networks: Iterable[Network]) -> bool:
     try:
         ip = ipaddress.ip_address(address or "")
     except ValueError:
         return False
     return any(ip in net for net in networks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _address_in_tuple(address: str | None, networks: tuple[Network, ...]) -> bool:
+    return _address_in(address, networks)
 
 
 def parse_networks(value: str) -> tuple[Network, ...]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from pyramid.csrf import SessionCSRFStoragePolicy
 
 from queuey.admin.session import SignIns, session_factory, session_secret
-from queuey.web.params import form
 
 #: name, pattern, context factory. Every admin route starts with ``admin.``.
 ROUTES = [
@@ -55,12 +54,7 @@ def includeme(config) -> None:
     )
     config.set_csrf_storage_policy(SessionCSRFStoragePolicy())
     registry.session_sign_ins = SignIns(secret)
-    # A POSTed form's fields, decoded once and strictly (bad UTF-8 is a 400).
-    config.add_request_method(
-        lambda request: form(request, request.registry.queuey_settings.max_batch_size),
-        "admin_form",
-        reify=True,
-    )
+    # request.admin_form: a POSTed form's fields (queuey.app.QueueyRequest).
 
     config.include("pyramid_jinja2")
     config.add_static_view("admin/static", "queuey.admin:static", cache_max_age=3600)

@@ -36,7 +36,6 @@ def includeme(config) -> None:
     registry.api_models = build_models(
         settings.max_partitions, settings.max_ttl, settings.default_ttl
     )
-    config.add_request_method(lambda request: request.registry.api_models, "models", reify=True)
     for name, pattern, factory in ROUTES:
         config.add_route(name, pattern, factory=factory)
     config.include("queuey.web.metrics")

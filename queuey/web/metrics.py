@@ -172,16 +172,26 @@ class QueueCollector(Collector):
 
 def metrics_tween_factory(handler, registry):
     metrics: Metrics = registry.metrics
+    # The labelled children, looked up once per label set: route names, known
+    # methods and the service's status codes are finite; raw paths are not.
+    counters: dict[tuple[str, str, int], Counter] = {}
+    timers: dict[str, Histogram] = {}
 
     def tween(request):
         start = time.perf_counter()
         response = handler(request)
         elapsed = time.perf_counter() - start
-        # Route names and the service's status codes are finite; raw paths are not.
         route = request.matched_route.name if request.matched_route else "none"
         method = method_label(request.method)
-        metrics.requests.labels(route, method, str(response.status_code)).inc()
-        metrics.latency.labels(route).observe(elapsed)
+        key = (route, method, response.status_code)
+        counter = counters.get(key)
+        if counter is None:
+            counter = counters[key] = metrics.requests.labels(route, method, str(key[2]))
+        counter.inc()
+        timer = timers.get(route)
+        if timer is None:
+            timer = timers[route] = metrics.latency.labels(route)
+        timer.observe(elapsed)
         if log.isEnabledFor(logging.INFO):
             environ = request.environ
             log.info(

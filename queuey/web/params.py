@@ -156,12 +156,27 @@ def query(request) -> dict[str, str]:
 
 def _body(request, limit: int) -> bytes:
     """The raw body, 413 if it is over ``limit`` bytes (declared or actual)."""
+    environ = request.environ
+    raw = environ.get("queuey.body")
+    if raw is not None:
+        return raw
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
-    raw = request.body
+    # Straight from the server's input, without WebOb's copy into a seekable
+    # file; read at most one byte over the limit when no length is declared.
+    stream = environ.get("wsgi.input")
+    if environ.get("webob.is_body_seekable"):
+        raw = request.body  # WebOb read it already (a CSRF check reads forms)
+    elif length:
+        raw = stream.read(length)
+    elif length is None and request.is_body_readable:  # chunked, as WebOb decides
+        raw = stream.read(limit + 1)
+    else:
+        raw = b""
     if len(raw) > limit:
         raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+    environ["queuey.body"] = raw
     return raw
 
 

@@ -15,8 +15,9 @@ CONTENT_TYPE = "application/json"
 
 
 def json_response(data: dict[str, Any], status: int = 200) -> Response:
-    body = jsonio.dumps(data).encode("utf-8")
-    return Response(body=body, status=status, content_type=CONTENT_TYPE, charset="utf-8")
+    return Response(
+        body=jsonio.dumps_bytes(data), status=status, content_type=CONTENT_TYPE, charset="utf-8"
+    )
 
 
 def ok(status: int = 200, **data: Any) -> Response:

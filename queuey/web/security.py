@@ -33,6 +33,8 @@ from zope.interface import implementer
 from queuey.applications import Application
 from queuey.settings import address_in
 
+_UNSET = object()
+
 
 class Permission(enum.Enum):
     READ = "read"
@@ -91,6 +93,13 @@ def uses_session(request) -> bool:
 @implementer(ISecurityPolicy)
 class QueueySecurityPolicy:
     def identity(self, request) -> Identity | None:
+        """The caller, worked out once per request (Pyramid asks more than once)."""
+        cached = request.__dict__.get("_queuey_identity", _UNSET)
+        if cached is _UNSET:
+            cached = request.__dict__["_queuey_identity"] = self._identity(request)
+        return cached
+
+    def _identity(self, request) -> Identity | None:
         if uses_session(request):
             app = request.registry.session_sign_ins.application(request)
             if app is None:
