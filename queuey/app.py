@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from pyramid.config import Configurator
+from pyramid.decorator import reify
 from pyramid.request import Request
 
 from queuey.applications import load_applications
@@ -28,6 +29,32 @@ class QueueyRequest(Request):
     bodies over 10 KiB would only cost a file (and leak its handle)."""
 
     request_body_tempfile_limit = 2**30
+
+    # The registry's services as plain class attributes: Pyramid applies
+    # ``add_request_method`` extensions to every request it makes, a cost each
+    # request pays before any view runs.
+    @reify
+    def storage(self) -> Storage:
+        return self.registry.storage
+
+    @reify
+    def clock(self) -> Clock:
+        return self.registry.clock
+
+    @reify
+    def metrics(self):
+        return self.registry.metrics
+
+    @reify
+    def models(self):
+        return self.registry.api_models
+
+    @reify
+    def admin_form(self) -> dict[str, str]:
+        """A POSTed admin form's fields, decoded once and strictly (bad UTF-8 is a 400)."""
+        from queuey.web.params import form
+
+        return form(self, self.registry.queuey_settings.max_batch_size)
 
 
 def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
@@ -58,7 +85,9 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     registry.applications = load_applications(parsed.applications_file)
     registry.storage = storage
     registry.clock = clock
-    registry.queue_cache = QueueCache(parsed.metadata_cache_seconds)
+    registry.queue_cache = QueueCache(
+        parsed.metadata_cache_seconds, shared=storage.metadata_changes()
+    )
     registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
     registry.overview = Overview(
         storage,
@@ -82,9 +111,6 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
         registry.overview.after_pass.append(registry.groups.refresh_if_stale)
 
     config.set_request_factory(QueueyRequest)
-    config.add_request_method(lambda request: request.registry.storage, "storage", reify=True)
-    config.add_request_method(lambda request: request.registry.clock, "clock", reify=True)
-    config.add_request_method(lambda request: request.registry.metrics, "metrics", reify=True)
     config.include("queuey.web.security")
     config.include("queuey.web")
     config.include("queuey.sqs.views")

@@ -38,7 +38,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from queuey import ids
 
@@ -291,6 +291,16 @@ def parse_receipt(receipt: str) -> tuple[int, uuid.UUID, str] | None:
     return int(partition), message_id, token
 
 
+class MetadataChanges(Protocol):
+    """What :meth:`Storage.metadata_changes` gives."""
+
+    def value(self) -> int:
+        """The count now; it changes whenever a queue's metadata changes."""
+
+    def bump(self) -> None:
+        """Count a change (a queue updated, purged or deleted)."""
+
+
 class Storage(abc.ABC):
     """A message store. Implementations must be safe to share between threads."""
 
@@ -526,6 +536,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def ping(self) -> None:
         """Return if the store answers; raise ``StorageUnavailable`` otherwise."""
+
+    def metadata_changes(self) -> MetadataChanges | None:
+        """A counter of queue changes that every server process sharing this
+        store on this host reads at once, or ``None`` (changes through other
+        processes are then seen when the metadata cache's entries expire)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

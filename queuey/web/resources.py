@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pyramid.decorator import reify
 
 from queuey.errors import QueueNotFound
-from queuey.storage import QueueMeta
+from queuey.storage import MetadataChanges, QueueMeta
 from queuey.web.params import queue_name
 
 
@@ -65,19 +65,38 @@ class QueueCache:
     seconds; until then that node may accept a message into a queue just purged
     or deleted elsewhere, which the purge then covers. ``ttl = 0`` turns the
     cache off.
+
+    Server processes on one host that share a store with a ``shared`` counter
+    (:meth:`queuey.storage.Storage.metadata_changes`: SQLite's, in shared
+    memory) behave as one process: every change raises the counter, and a
+    process that sees it moved drops everything it cached, before answering.
     """
 
     def __init__(
-        self, ttl: float, max_entries: int = 10000, now: Callable[[], float] = time.monotonic
+        self,
+        ttl: float,
+        max_entries: int = 10000,
+        now: Callable[[], float] = time.monotonic,
+        shared: MetadataChanges | None = None,
     ) -> None:
         self.ttl = ttl
         self.now = now
         self.max_entries = max_entries
+        self.shared = shared
         self._entries: dict[tuple[str, str], tuple[float, QueueMeta]] = {}
         self._lock = threading.Lock()
         #: Bumped whenever a change starts or ends anywhere: a load that saw
         #: another value when it began may hold stale metadata.
         self._generation = 0
+        self._seen = shared.value() if shared is not None else 0
+
+    def _sync(self) -> None:
+        """Drop everything if another process changed a queue (caller holds the lock)."""
+        seen = self.shared.value()
+        if seen != self._seen:
+            self._seen = seen
+            self._entries.clear()
+            self._generation += 1
 
     def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta:
         if self.ttl <= 0:
@@ -85,12 +104,16 @@ class QueueCache:
         key = (application, name)
         now = self.now()
         with self._lock:
+            if self.shared is not None:
+                self._sync()
             entry = self._entries.get(key)
             generation = self._generation
         if entry is not None and entry[0] > now:
             return entry[1]
         meta = load()
         with self._lock:
+            if self.shared is not None:
+                self._sync()
             if generation == self._generation:
                 if len(self._entries) >= self.max_entries:
                     self._entries.clear()
@@ -101,6 +124,8 @@ class QueueCache:
         with self._lock:
             self._entries.pop((application, name), None)
             self._generation += 1
+            if self.shared is not None:
+                self.shared.bump()  # the next get here drops the rest too
 
     @contextmanager
     def changing(self, application: str, name: str) -> Iterator[None]:

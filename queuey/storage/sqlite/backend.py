@@ -32,7 +32,7 @@ from queuey.storage import (
     Storage,
     merge_partitions,
 )
-from queuey.storage.sqlite.database import Database
+from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
 from queuey.storage.sqlite.schema import (
     COLUMNS,
@@ -106,6 +106,7 @@ class SQLiteStorage(Storage):
         self.sweep_interval = sweep_interval
         self.dedup_window = dedup_window
         self._db = Database(self.path, busy_timeout)
+        self._metadata_changes: SharedCounter | None = None
         self._commits = GroupCommit(self._db, clock, dedup_window)
         self._work = WorkQueues(self._db)
         # A lambda, not the bound method: the sweep is looked up at each run.
@@ -430,6 +431,18 @@ class SQLiteStorage(Storage):
     def ping(self) -> None:
         self._db.run(lambda: self._reader().execute("SELECT 1").fetchone())
 
+    def metadata_changes(self) -> SharedCounter | None:
+        """A counter in shared memory beside the file (``<file>-queues.version``),
+        so server processes sharing the file drop cached metadata at once."""
+        if self.path == ":memory:":
+            return None
+        if self._metadata_changes is None:
+            self._metadata_changes = SharedCounter(self.path, "queues.version")
+        return self._metadata_changes
+
     def close(self) -> None:
         self._sweeper.stop()
         self._db.close()
+        if self._metadata_changes is not None:
+            self._metadata_changes.close()
+            self._metadata_changes = None

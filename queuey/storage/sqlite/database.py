@@ -3,12 +3,22 @@
 WAL mode lets readers run beside the writer; ``synchronous=FULL`` makes every
 commit durable before a caller is answered. Every ``sqlite3.Error`` leaves
 here as :class:`~queuey.errors.StorageUnavailable`.
+
+Several server processes may share one file. SQLite makes a writer that finds
+the file locked sleep and retry (its busy handler backs off up to 100 ms), so
+writers of different processes would take turns by sleeping; instead every
+write transaction first takes :class:`WriteLock`, which the kernel hands to
+the next waiting process the moment it is released.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import mmap
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +37,78 @@ def unavailable(exc: sqlite3.Error) -> StorageUnavailable:
     return StorageUnavailable(f"sqlite: {exc}", retry_after=1)
 
 
+class WriteLock:
+    """One writer at a time: this process's threads, then every process's.
+
+    A thread lock orders this process's threads; an exclusive ``flock`` on
+    ``<file>-writer.lock`` orders processes (waiting for it releases the GIL).
+    A context manager.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._thread = threading.Lock()
+        self._fd: int | None = None
+        if path != ":memory:":
+            self._fd = os.open(f"{path}-writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+    def __enter__(self) -> WriteLock:
+        self._thread.acquire()
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._thread.release()
+                raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread.release()
+
+    def close(self) -> None:
+        with self._thread:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+class SharedCounter:
+    """A number every process using the file sees at once: 8 bytes of a shared
+    memory map of ``<file>-<name>``, raised under an exclusive ``flock``.
+
+    :class:`queuey.web.resources.QueueCache` uses one to hear, on every
+    request, that another process changed a queue's metadata.
+    """
+
+    def __init__(self, path: str, name: str) -> None:
+        self._fd = os.open(f"{path}-{name}", os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._fd).st_size < 8:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(self._fd).st_size < 8:
+                    os.ftruncate(self._fd, 8)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._map = mmap.mmap(self._fd, 8)
+
+    def value(self) -> int:
+        return struct.unpack_from("<Q", self._map)[0]
+
+    def bump(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            struct.pack_into("<Q", self._map, 0, (self.value() + 1) % 2**64)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
+
+
 class Database:
     """Connections to one SQLite file, shared by the threads of a process."""
 
@@ -34,12 +116,12 @@ class Database:
         self.path = path
         self.busy_timeout = busy_timeout
         self._local = threading.local()
-        #: Held for every write transaction on :attr:`writer`.
-        self.write_lock = threading.Lock()
-        self._all_connections: list[sqlite3.Connection] = []
-        self._connections_lock = threading.Lock()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        #: Held for every write transaction on :attr:`writer`.
+        self.write_lock = WriteLock(self.path)
+        self._all_connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
         try:
             self.writer = self._connect()
         except sqlite3.Error as exc:
@@ -124,3 +206,4 @@ class Database:
                 conn.close()
             self._all_connections.clear()
         self._local = threading.local()
+        self.write_lock.close()
