@@ -9,7 +9,8 @@ HERE = Path(__file__).parent
 # Every dependency of the project, pinned with compatible ranges, in one place.
 REQUIRES = [
     "pyramid>=2.0,<3",
-    "waitress>=3.0,<4",
+    "waitress>=3.0,<4",  # the tests' in-process servers; pserve with egg:waitress#main
+    "granian>=2.5,<3",  # the production server (queuey.server): Rust HTTP, worker processes
     "cassandra-driver>=3.29,<4",
     "kazoo>=2.10,<3",
     "requests>=2.31,<3",
@@ -17,6 +18,7 @@ REQUIRES = [
     "pydantic>=2.7,<3",
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
     "rich>=13.7,<16",  # the queuey CLI: tables and progress bars
+    "orjson>=3.10,<4",  # JSON in and out of the API (queuey.web.jsonio)
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.4",  # 4.1: filter push-down; 4.2: admission control, available-now
@@ -61,6 +63,7 @@ setup(
     },
     entry_points={
         "paste.app_factory": ["main = queuey:main"],
+        "paste.server_runner": ["granian = queuey.server:granian"],
         "console_scripts": [
             "queuey = queuey.cli:main",
             "queuey-worker = queuey.client.worker.cli:main",

@@ -11,6 +11,7 @@ Cassandra node (the ``QUEUEY_TEST_KEYSPACE`` keyspace).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -40,11 +41,7 @@ queuey.applications = {applications}
 queuey.read_delay = {read_delay}
 {storage}
 [server:main]
-use = egg:waitress#main
-listen = 127.0.0.1:{port}
-threads = 8
-connection_limit = 200
-
+{server}
 [loggers]
 keys = root
 
@@ -69,10 +66,28 @@ format = %(asctime)s %(levelname)-5.5s [%(name)s] %(message)s
 """
 
 
-class ApiNode:
-    """One Queuey API node: ``pserve`` + waitress in a process of its own."""
+#: The server sections an API node may run: waitress (one process), or the
+#: production server, granian with worker processes (queuey.server).
+SERVERS = {
+    "waitress": "use = egg:waitress#main\nlisten = 127.0.0.1:{port}\nthreads = 8\n"
+    "connection_limit = 200\n",
+    "granian": "use = egg:queuey#granian\nlisten = 127.0.0.1:{port}\nworkers = {workers}\n"
+    "threads = 8\n",
+}
 
-    def __init__(self, name: str, workdir: Path, settings: dict[str, str]) -> None:
+
+class ApiNode:
+    """One Queuey API node: ``pserve`` in a process of its own, running waitress
+    (one process) or granian (``workers`` processes under a supervisor)."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        settings: dict[str, str],
+        server: str = "waitress",
+        workers: int = 2,
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -85,7 +100,7 @@ class ApiNode:
                 applications=applications,
                 read_delay=read_delay,
                 storage="".join(f"{k} = {v}\n" for k, v in settings.items()),
-                port=self.port,
+                server=SERVERS[server].format(port=self.port, workers=workers),
             ),
             encoding="utf-8",
         )
@@ -93,7 +108,11 @@ class ApiNode:
         self._log = self.log_path.open("ab")
         pserve = Path(sys.executable).with_name("pserve")
         self.proc = subprocess.Popen(
-            [str(pserve), str(ini)], cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT
+            [str(pserve), str(ini)],
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its workers go with it (stop, kill)
         )
 
     def wait_ready(self, timeout: float = 90.0) -> ApiNode:
@@ -108,9 +127,16 @@ class ApiNode:
         return self
 
     def kill(self) -> None:
-        """``kill -9``: no shutdown of any kind."""
-        self.proc.send_signal(signal.SIGKILL)
+        """``kill -9`` of the node and every worker it runs: no shutdown of any kind."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
+
+    def workers(self) -> list[int]:
+        """The pids of the node's worker processes (none for waitress)."""
+        import psutil
+
+        return [child.pid for child in psutil.Process(self.proc.pid).children(recursive=True)]
 
     def freeze(self) -> None:
         """SIGSTOP: connections are still accepted (by the kernel), never answered."""
@@ -126,8 +152,9 @@ class ApiNode:
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                self.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # any worker left behind
         self._log.close()
 
     def log_tail(self, lines: int = 30) -> str:
@@ -142,10 +169,12 @@ def make_api_node(request, tmp_path, applications_file) -> Iterator:
     test share one database file."""
     nodes: list[ApiNode] = []
 
-    def make(name: str, backend: str = "sqlite", **settings: str) -> ApiNode:
+    def make(
+        name: str, backend: str = "sqlite", server: str = "waitress", **settings: str
+    ) -> ApiNode:
         base = server_settings(request, applications_file, backend, tmp_path / "shared.sqlite3")
         base.update(settings)
-        node = ApiNode(name, tmp_path, base)
+        node = ApiNode(name, tmp_path, base, server=server)
         nodes.append(node)
         return node.wait_ready()
 

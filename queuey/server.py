@@ -1,0 +1,94 @@
+"""The production HTTP server: granian, several worker processes.
+
+``pserve`` runs it from an ini file's server section::
+
+    [server:main]
+    use = egg:queuey#granian
+    listen = 127.0.0.1:5000
+    workers = 2
+    threads = 40
+
+Why granian: on this project's 2-core test box, under the same native load
+(``wrk``, 8 connections, one ~200-byte message per POST, SQLite), granian with
+2 workers answered 3,590 posts/s (p99 5.4 ms); gunicorn with 2 ``gthread``
+workers 1,870 (p99 10-30 ms); waitress, which runs every request in one
+process and so on one core at a time (Python's GIL), 1,390. Its HTTP parsing
+and I/O run in Rust, outside the GIL; ``docs/performance.rst`` has the
+figures and the command that reproduces them.
+
+Each worker is its own process that builds the app from the same ini
+(:mod:`queuey.wsgi`), so every invariant that holds across API nodes holds
+across workers; SQLite's file lock, ids minted inside the write transaction
+and a shared metadata counter make one host's workers behave as one process
+(``docs/storage.rst``).
+
+``threads`` is per worker: WSGI cannot park a request without its thread, so
+each long-polling reserve holds one, and ``queuey.reserve.max_waiting`` (per
+process) must stay below it, leaving threads for posts, reads and acks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from queuey.coerce import as_bool
+
+log = logging.getLogger(__name__)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as a pair."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listen must be host:port, not {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def close_app(app: Any) -> None:
+    """Stop what building ``app`` started (threads, connections): ``pserve``
+    builds one in its own process, which serves nothing once workers run."""
+    registry = getattr(app, "registry", None)
+    if registry is None:
+        return
+    for name in ("overview", "groups", "coordination", "storage"):
+        service = getattr(registry, name, None)
+        if service is not None:
+            service.close()
+
+
+def granian(
+    wsgi_app: Any,
+    global_conf: dict[str, Any],
+    listen: str = "127.0.0.1:5000",
+    workers: str = "2",
+    threads: str = "40",
+    backlog: str = "1024",
+    access_log: str = "false",
+    **unknown: Any,
+) -> None:
+    """A PasteDeploy server runner: serve the ini's app with granian's workers."""
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    if unknown:
+        raise ValueError(f"unknown granian settings: {', '.join(sorted(unknown))}")
+    host, port = parse_listen(listen)
+    ini = global_conf.get("__file__")
+    if not ini:
+        raise ValueError("the granian runner needs the ini file's path (run it with pserve)")
+    close_app(wsgi_app)
+    os.environ["QUEUEY_INI"] = os.path.abspath(ini)
+    log.info("granian on %s:%d, %s workers of %s threads", host, port, workers, threads)
+    Granian(
+        "queuey.wsgi:application",
+        address=host,
+        port=port,
+        interface=Interfaces.WSGI,
+        workers=int(workers),
+        blocking_threads=int(threads),
+        backlog=int(backlog),
+        log_access=as_bool(access_log),
+        respawn_failed_workers=True,
+    ).serve()
