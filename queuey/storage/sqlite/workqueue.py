@@ -79,6 +79,12 @@ _SCAN = (
 #: Rows a reservation examines per partition looking for priority-0 messages.
 SCAN_LIMIT = 20000
 _LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+_INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?)"
+#: Ack of a current lease (to acked) or dead-letter claim (to dead): its key, id and token.
+_FINISH = (
+    "UPDATE leases SET state = CASE state WHEN 'leased' THEN 'acked' ELSE 'dead' END "
+    f"WHERE {_LEASE_KEY} AND id = ? AND token = ? AND state IN ('leased', 'claimed')"
+)
 
 
 def new_token() -> str:
@@ -151,12 +157,22 @@ class WorkQueues:
                 )
                 chosen += found
             until = now + visibility_timeout * ids.MICROS
-            deliveries = [self._lease(conn, queue, subscription, row, until, now) for row in chosen]
-            for part, (ts, tb) in passed.items():
-                conn.execute(
-                    "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, 0, ?, ?)",
-                    (queue.incarnation, subscription, part, ts, tb),
-                )
+            new_leases: list[tuple] = []
+            moved: dict[tuple[int, int], tuple[int, bytes]] = {}
+            deliveries = [
+                self._lease(conn, queue, subscription, row, until, now, new_leases, moved)
+                for row in chosen
+            ]
+            conn.executemany(_INSERT_LEASE, new_leases)
+            for part, position in passed.items():
+                moved[(part, 0)] = max(moved.get((part, 0), position), position)
+            conn.executemany(
+                "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (queue.incarnation, subscription, part, priority, ts, tb)
+                    for (part, priority), (ts, tb) in moved.items()
+                ],
+            )
             claim_until = now + queue.visibility_timeout * ids.MICROS
             letters = [self._claim(conn, queue, subscription, row, claim_until) for row in dead]
             newest = max(
@@ -219,52 +235,62 @@ class WorkQueues:
         """Up to ``need`` priority-0 messages never handed out, oldest first.
 
         They are found by walking the primary key from each partition's
-        priority-0 position (no priority index to maintain on every post). When
-        a walk takes every priority-0 message it saw, the position may move to
-        the last row it examined, so rows of other priorities or expired ones
-        are walked over once, not on every call: ``passed`` receives those
-        positions, kept only for partitions whose taken rows all got delivered.
-        A walk stops after :data:`SCAN_LIMIT` rows (the next call goes on).
+        priority-0 position (no priority index to maintain on every post): one
+        cursor per partition, merged by id order and stepped only as far as the
+        merge consumes, so a reservation reads about ``need`` rows however many
+        partitions it spans, and makes a message of only the rows it takes.
+        Every priority-0 row consumed is taken, so each partition's position
+        may move to the last row consumed from it: rows of other priorities or
+        expired ones are walked over once, not on every call. ``passed``
+        receives those positions. A partition's walk stops after
+        :data:`SCAN_LIMIT` rows (the next call goes on).
         """
-        streams: list[list[_Row]] = []
-        walked: dict[int, tuple[int, bytes]] = {}
-        for part, (after_ts, after_tb) in zip(parts, after, strict=True):
-            taken: list[_Row] = []
+        heap = []
+        cursors = []
+        for index, (part, (after_ts, after_tb)) in enumerate(zip(parts, after, strict=True)):
             cursor = conn.execute(_SCAN, (queue.incarnation, part, after_ts, after_tb, visible))
-            last_row = None
-            for examined, row in enumerate(cursor, 1):
-                last_row = row
-                if row[6] == 0 and row[5] > now:
-                    taken.append(_Row(None, 0, "", row[0], row_to_message(row[1:])))
-                    if len(taken) == need:
-                        break
-                if examined >= SCAN_LIMIT:
-                    break
+            cursors.append(cursor)
+            row = cursor.fetchone()
+            if row is not None:
+                heap.append((row[2], row[0], index, row))
+        heapq.heapify(heap)
+        examined = [0] * len(parts)
+        last: dict[int, tuple] = {}
+        chosen: list[_Row] = []
+        while heap and len(chosen) < need:
+            _, _, index, row = heap[0]
+            last[index] = row
+            examined[index] += 1
+            if row[6] == 0 and row[5] > now:
+                chosen.append(_Row(None, 0, "", row[0], row_to_message(row[1:])))
+            following = cursors[index].fetchone() if examined[index] < SCAN_LIMIT else None
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (following[2], following[0], index, following))
+        for cursor in cursors:
             cursor.close()
-            streams.append(taken)
-            if last_row is not None and len(taken) < need:
-                walked[part] = (last_row[2], last_row[0])
-        merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
-        chosen = list(merged)[:need]
-        delivered = {id(row) for row in chosen}
-        for part, taken in zip(parts, streams, strict=True):
-            if part in walked and all(id(row) in delivered for row in taken):
-                passed[part] = walked[part]
+        for index, row in last.items():
+            passed[parts[index]] = (row[2], row[0])
         return chosen
 
-    def _lease(self, conn, queue, subscription, row: _Row, until: int, now: int) -> Delivery:
+    def _lease(
+        self, conn, queue, subscription, row: _Row, until: int, now: int, new_leases, moved
+    ) -> Delivery:
+        """Lease one row: a due lease is updated here; a new message's lease row
+        goes to ``new_leases`` and its position to ``moved`` (the newest per
+        partition and priority), both written once for the whole reservation."""
         message, token = row.message, new_token()
         key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
         first = row.first_at or now
         if row.state is None:
-            conn.execute(
-                "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?)",
-                (*key, message.id.bytes, message.priority, message.expires, token, until, now),
+            new_leases.append(
+                (*key, message.id.bytes, message.priority, message.expires, token, until, now)
             )
-            conn.execute(
-                "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
-                (*key[:3], message.priority, message.timestamp, row.tiebreak),
-            )
+            place = (message.partition, message.priority)
+            position = (message.timestamp, row.tiebreak)
+            if place not in moved or moved[place] < position:
+                moved[place] = position
             attempts = 1
         else:
             conn.execute(
@@ -311,24 +337,46 @@ class WorkQueues:
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now: int
     ) -> dict[str, ReceiptStatus]:
-        """Finish leases and dead-letter claims (see :meth:`Storage.ack`)."""
-        finished = {"leased": "acked", "claimed": "dead"}
+        """Finish leases and dead-letter claims (see :meth:`Storage.ack`).
+
+        A current lease or claim is finished by one conditional update (its
+        key, id and token); only a receipt that update misses is looked up, to
+        tell a repeated ack (answered acked) from an expired or unknown one.
+        Receipts are parsed before the write lock is taken.
+        """
         answer: dict[str, ReceiptStatus] = {}
+        parsed = []
+        for receipt in dict.fromkeys(receipts):
+            found = parse_receipt(receipt)
+            if found is None:
+                answer[receipt] = "unknown"
+                continue
+            partition, message_id, token = found
+            key = (
+                queue.incarnation,
+                subscription,
+                partition,
+                ids.micros_of(message_id),
+                tiebreak(message_id),
+            )
+            parsed.append((receipt, key, message_id.bytes, token))
+        if not parsed:
+            return answer
         with self.db.write() as conn:
-            for receipt in dict.fromkeys(receipts):
-                found = self._lookup(conn, queue, subscription, receipt)
-                if found is None:
+            for receipt, key, raw_id, token in parsed:
+                finished = conn.execute(_FINISH, (*key, raw_id, token)).rowcount
+                if finished:
+                    answer[receipt] = "acked"
+                    continue
+                row = conn.execute(
+                    f"SELECT id, state, token FROM leases WHERE {_LEASE_KEY}", key
+                ).fetchone()
+                if row is None or row[0] != raw_id:
                     answer[receipt] = "unknown"
-                    continue
-                key, token, (_, state, current, _, _) = found
-                if token != current or state not in ("leased", "claimed", "acked", "dead"):
+                elif row[2] == token and row[1] in ("acked", "dead"):
+                    answer[receipt] = "acked"  # a repeated ack
+                else:
                     answer[receipt] = "expired"
-                    continue
-                if state in finished:
-                    conn.execute(
-                        f"UPDATE leases SET state = ? WHERE {_LEASE_KEY}", (finished[state], *key)
-                    )
-                answer[receipt] = "acked"
         return answer
 
     def release(
