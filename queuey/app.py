@@ -17,6 +17,7 @@ from queuey.overview import Overview
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
 from queuey.web.coordination import Coordination
+from queuey.web.fastpath import FastPath
 from queuey.web.resources import QueueCache
 
 log = logging.getLogger(__name__)
@@ -119,4 +120,4 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     config.scan("queuey.web")
     registry.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
     log.info("queuey ready: storage=%s", parsed.storage_backend)
-    return config.make_wsgi_app()
+    return FastPath(config.make_wsgi_app(), QueueyRequest)

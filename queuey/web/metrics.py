@@ -8,11 +8,13 @@ the counters; ``GET /metrics`` exposes them to addresses in
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from pyramid.response import Response
 from pyramid.view import view_config
@@ -21,6 +23,8 @@ from queuey.settings import address_in
 from queuey.web.responses import error
 
 log = logging.getLogger("queuey.request")
+#: Set by the server runner when workers share their metrics through files.
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 #: The methods that get a label of their own; any other becomes "other", so an
 #: anonymous caller cannot grow the number of series by inventing methods.
@@ -36,6 +40,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        #: Collectors of ours, exposed beside the workers' summed metrics.
+        self.custom_collectors: list[Collector] = []
         self.requests = Counter(
             "queuey_requests",
             "HTTP requests answered",
@@ -65,13 +71,30 @@ class Metrics:
             registry=self.registry,
         )
         self.reserve_waiting = Gauge(
-            "queuey_reserve_waiting", "Reserve calls long-polling now", registry=self.registry
+            "queuey_reserve_waiting",
+            "Reserve calls long-polling now",
+            registry=self.registry,
+            multiprocess_mode="livesum",  # summed over the server's live workers
         )
         self.reserve_wait_refused = Counter(
             "queuey_reserve_wait_refused",
             "Reserve calls answered at once: queuey.reserve.max_waiting were waiting",
             registry=self.registry,
         )
+
+    def exposed(self) -> CollectorRegistry:
+        """What ``/metrics`` shows: this registry; or, when the server runs
+        worker processes (``PROMETHEUS_MULTIPROC_DIR`` set by
+        :mod:`queuey.server`), every worker's counters, histograms and gauges
+        summed from their files, plus this registry's own collectors (the
+        per-queue gauges, which every worker reads from the same store)."""
+        if not os.environ.get(MULTIPROCESS_DIR):
+            return self.registry
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        for collector in self.custom_collectors:
+            registry.register(collector)
+        return registry
 
     def messages_read(self, count: int) -> None:
         self.read.inc(count)
@@ -170,27 +193,28 @@ class QueueCollector(Collector):
         yield from (lag, lag_seconds, members)
 
 
-def metrics_tween_factory(handler, registry):
-    metrics: Metrics = registry.metrics
-    # The labelled children, looked up once per label set: route names, known
-    # methods and the service's status codes are finite; raw paths are not.
-    counters: dict[tuple[str, str, int], Counter] = {}
-    timers: dict[str, Histogram] = {}
+class RequestRecorder:
+    """Counts, times and logs one answered request (the tween, and the fast
+    path of :mod:`queuey.web.fastpath`, which bypasses the tweens)."""
 
-    def tween(request):
-        start = time.perf_counter()
-        response = handler(request)
-        elapsed = time.perf_counter() - start
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        # The labelled children, looked up once per label set: route names, known
+        # methods and the service's status codes are finite; raw paths are not.
+        self._counters: dict[tuple[str, str, int], Counter] = {}
+        self._timers: dict[str, Histogram] = {}
+
+    def __call__(self, request, response, elapsed: float) -> None:
         route = request.matched_route.name if request.matched_route else "none"
         method = method_label(request.method)
         key = (route, method, response.status_code)
-        counter = counters.get(key)
+        counter = self._counters.get(key)
         if counter is None:
-            counter = counters[key] = metrics.requests.labels(route, method, str(key[2]))
+            counter = self._counters[key] = self.metrics.requests.labels(route, method, str(key[2]))
         counter.inc()
-        timer = timers.get(route)
+        timer = self._timers.get(route)
         if timer is None:
-            timer = timers[route] = metrics.latency.labels(route)
+            timer = self._timers[route] = self.metrics.latency.labels(route)
         timer.observe(elapsed)
         if log.isEnabledFor(logging.INFO):
             environ = request.environ
@@ -203,6 +227,15 @@ def metrics_tween_factory(handler, registry):
                 environ.get("queuey.application") or request.headers.get("X-Application-Name", "-"),
                 f" action={environ['queuey.sqs_action']}" if "queuey.sqs_action" in environ else "",
             )
+
+
+def metrics_tween_factory(handler, registry):
+    record = registry.request_recorder
+
+    def tween(request):
+        start = time.perf_counter()
+        response = handler(request)
+        record(request, response, time.perf_counter() - start)
         return response
 
     return tween
@@ -212,12 +245,15 @@ def metrics_tween_factory(handler, registry):
 def metrics_view(request):
     if not address_in(request.remote_addr, request.registry.queuey_settings.metrics_allow):
         return error(403, {"client_address": "metrics are not exposed to this address"})
-    body = generate_latest(request.registry.metrics.registry)
+    body = generate_latest(request.registry.metrics.exposed())
     return Response(body=body, content_type=CONTENT_TYPE_LATEST.split(";")[0], charset="utf-8")
 
 
 def includeme(config) -> None:
     registry = config.registry
     registry.metrics = Metrics()
-    registry.metrics.registry.register(QueueCollector(registry.overview, registry.groups))
+    registry.request_recorder = RequestRecorder(registry.metrics)
+    queues = QueueCollector(registry.overview, registry.groups)
+    registry.metrics.registry.register(queues)
+    registry.metrics.custom_collectors.append(queues)
     config.add_tween("queuey.web.metrics.metrics_tween_factory")
