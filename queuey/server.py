@@ -30,10 +30,14 @@ process) must stay below it, leaving threads for posts, reads and acks.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import shutil
+import tempfile
 from typing import Any
 
 from queuey.coerce import as_bool
+from queuey.web.metrics import MULTIPROCESS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +73,6 @@ def granian(
     **unknown: Any,
 ) -> None:
     """A PasteDeploy server runner: serve the ini's app with granian's workers."""
-    from granian import Granian
-    from granian.constants import Interfaces
-
     if unknown:
         raise ValueError(f"unknown granian settings: {', '.join(sorted(unknown))}")
     host, port = parse_listen(listen)
@@ -80,15 +81,31 @@ def granian(
         raise ValueError("the granian runner needs the ini file's path (run it with pserve)")
     close_app(wsgi_app)
     os.environ["QUEUEY_INI"] = os.path.abspath(ini)
+    # Workers start as new interpreters (not forks of this process, which built
+    # an app and closed it again), so each imports prometheus_client with the
+    # shared metrics directory set: /metrics then sums every worker's counters.
+    multiprocessing.set_start_method("spawn", force=True)
+    metrics_dir = tempfile.mkdtemp(prefix="queuey-metrics-")
+    os.environ[MULTIPROCESS_DIR] = metrics_dir
     log.info("granian on %s:%d, %s workers of %s threads", host, port, workers, threads)
+    try:
+        serve(host, port, int(workers), int(threads), int(backlog), as_bool(access_log))
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def serve(host: str, port: int, workers: int, threads: int, backlog: int, access_log: bool):
+    from granian import Granian
+    from granian.constants import Interfaces
+
     Granian(
         "queuey.wsgi:application",
         address=host,
         port=port,
         interface=Interfaces.WSGI,
-        workers=int(workers),
-        blocking_threads=int(threads),
-        backlog=int(backlog),
-        log_access=as_bool(access_log),
+        workers=workers,
+        blocking_threads=threads,
+        backlog=backlog,
+        log_access=access_log,
         respawn_failed_workers=True,
     ).serve()

@@ -43,8 +43,8 @@ def includeme(config) -> None:
         settings.reserve_max_waiting,
         settings.reserve_poll_interval,
         on_refused=registry.metrics.reserve_wait_refused.inc,
+        on_waiting=registry.metrics.reserve_waiting.set,
     )
-    registry.metrics.reserve_waiting.set_function(lambda: registry.long_polls.waiting)
     metrics, overview = registry.metrics, registry.overview
 
     def posted(queue, count):

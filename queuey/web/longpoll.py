@@ -42,10 +42,13 @@ class LongPolls:
         poll_interval: float,
         on_refused: Callable[[], None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
+        on_waiting: Callable[[int], None] = lambda waiting: None,
     ) -> None:
         self.max_waiting = max_waiting
         self.poll_interval = poll_interval
         self.on_refused = on_refused
+        #: Told the number of waiting calls whenever it changes (a gauge).
+        self.on_waiting = on_waiting
         self.monotonic = monotonic
         self._lock = threading.Lock()
         self._signals: dict[tuple[str, str], _Signal] = {}
@@ -104,6 +107,7 @@ class LongPolls:
             if self._waiting >= self.max_waiting:
                 return None
             self._waiting += 1
+            self.on_waiting(self._waiting)
             signal = self._signals.get(key)
             if signal is None:
                 signal = self._signals[key] = _Signal()
@@ -113,6 +117,7 @@ class LongPolls:
     def _leave(self, key: tuple[str, str], signal: _Signal) -> None:
         with self._lock:
             self._waiting -= 1
+            self.on_waiting(self._waiting)
             signal.users -= 1
             if signal.users == 0:
                 self._signals.pop(key, None)

@@ -136,7 +136,11 @@ class ApiNode:
         """The pids of the node's worker processes (none for waitress)."""
         import psutil
 
-        return [child.pid for child in psutil.Process(self.proc.pid).children(recursive=True)]
+        return [
+            child.pid
+            for child in psutil.Process(self.proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(child.cmdline())  # not multiprocessing's resource tracker
+        ]
 
     def freeze(self) -> None:
         """SIGSTOP: connections are still accepted (by the kernel), never answered."""

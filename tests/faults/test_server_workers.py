@@ -136,3 +136,21 @@ def test_kill_9_of_a_worker_loses_nothing_acknowledged(make_api_node, test_apps)
     assert victim not in node.workers()
     assert len(node.workers()) >= 2, "the supervisor replaced the killed worker"
     assert figures.lost == 0, figures.line()
+
+
+def test_metrics_count_every_worker(make_api_node, test_apps):
+    """Whichever worker answers ``/metrics``, it counts the posts of all of them."""
+    node = make_api_node("workers", server="granian")
+    queue = f"metrics{int(time.time() * 1000)}"
+    auth = headers(test_apps.app)
+    with QueueyClient(node.url, test_apps.app, KEY) as admin:
+        admin.create_queue(queue, partitions=1)
+    for n in range(60):
+        res = requests.post(f"{node.url}/queue/{queue}", json={"n": n}, headers=auth, timeout=10)
+        assert res.status_code == 201, res.text
+    seen = set()
+    for _ in range(20):
+        text = requests.get(f"{node.url}/metrics", timeout=10).text
+        posted = [ln for ln in text.splitlines() if ln.startswith("queuey_messages_posted_total")]
+        seen.add(posted[0].split()[-1] if posted else None)
+    assert seen == {"60.0"}, seen
