@@ -1,11 +1,32 @@
-"""HTTP API benchmark: one server process, load from this process over keep-alive.
+"""HTTP API benchmark: the production server under a native load generator (wrk).
 
-    python bench/api.py [--backend sqlite|cassandra|both] [--duration 10]
+    python bench/api.py [--backend sqlite|cassandra|both] [--duration 8] [--runs 3]
+                        [--server granian|waitress] [--workers 2]
+                        [--only heartbeat,single_post,batch_post,get_1000,reserve_ack]
 
-Prints one JSON object: for each backend, single-message POST req/s with p50/p99
-latency, batch POST (100 x ~200-byte messages) messages/s, GET (limit=1000)
-messages/s, each with its concurrency, and the server's peak RSS. Not a test:
-run it on a quiet machine and compare medians.
+For each backend, one server started by ``pserve`` from an ini like the shipped
+ones (granian, ``--workers`` processes of 16 threads; or waitress, one process of
+8 threads), and ``wrk`` (C, from Debian: installed when missing, as root) as the
+load. Every scenario runs ``--runs`` times for ``--duration`` seconds and the
+median run is reported, with the rate of every run:
+
+* ``heartbeat``: ``GET /__lbheartbeat__``, 8 connections: the server and
+  framework alone;
+* ``single_post``: one ~200-byte message per ``POST``, 8 connections, each
+  waiting for its answer (acknowledged = durable: SQLite commits with
+  ``synchronous=FULL``; the harness Cassandra node syncs its commit log before
+  it answers);
+* ``batch_post``: 100 messages per ``POST /batch``, 4 connections;
+* ``get_1000``: ``GET ?limit=1000`` of one partition at a time, 4 connections,
+  after the posts have passed the read delay;
+* ``reserve_ack``: 4 connections, each a worker looping ``reserve`` (limit 100)
+  then ``ack`` of every receipt, draining what the posts left.
+
+The two cores are shared: the server's processes, wrk's threads (2, or one per
+connection for ``reserve_ack``) and, for Cassandra, its JVM. The CPU seconds each
+used are reported per scenario (``server_cpu_s``, ``wrk_cpu_s``), with the
+server's peak resident memory (all its processes). Prints one JSON object. Not
+a test: run it on a quiet machine and compare medians.
 """
 
 from __future__ import annotations
@@ -14,6 +35,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,18 +63,54 @@ BODY_200 = {
     "uuid": "x" * 36,
     "platform": "Windows NT 10.0",
 }
-
+WRK_DIR = ROOT / "bench" / "wrk"
+PARTITIONS = 8
+SERVERS = {
+    # The shipped ini's server (development.ini, production.ini).
+    "granian": "use = egg:queuey#granian\nlisten = 127.0.0.1:{port}\nworkers = {workers}\n"
+    "threads = {threads}\n",
+    # pserve's reference server, one process: the figures before granian.
+    "waitress": "use = egg:waitress#main\nlisten = 127.0.0.1:{port}\nthreads = {threads}\n"
+    "connection_limit = 200\n",
+}
 INI = """
 [app:main]
 use = egg:queuey
 queuey.applications = {apps}
 {storage}
 [server:main]
-use = egg:waitress#main
-listen = 127.0.0.1:{port}
-threads = {threads}
-connection_limit = 200
+{server}
+[loggers]
+keys = root, queuey
+
+[handlers]
+keys = console
+
+[formatters]
+keys = generic
+
+[logger_root]
+level = WARNING
+handlers = console
+
+[logger_queuey]
+level = {log_level}
+handlers =
+qualname = queuey
+
+[handler_console]
+class = StreamHandler
+args = (sys.stderr,)
+level = NOTSET
+formatter = generic
+
+[formatter_generic]
+format = %(asctime)s %(levelname)-5.5s [%(name)s][%(threadName)s] %(message)s
 """
+
+
+def log(message: str) -> None:
+    print(f"[api] {message}", file=sys.stderr, flush=True)
 
 
 def storage_settings(backend: str, workdir: Path) -> str:
@@ -75,27 +133,77 @@ def storage_settings(backend: str, workdir: Path) -> str:
     )
 
 
+def tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return [proc]
+
+
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds used so far by ``proc`` and its live children."""
+    total = 0.0
+    for member in tree(proc):
+        try:
+            times = member.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for member in tree(proc):
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 class Server:
-    def __init__(self, backend: str, workdir: Path, threads: int = 8) -> None:
+    """A Queuey server process of its own (``pserve`` on a generated ini)."""
+
+    def __init__(
+        self,
+        backend: str,
+        workdir: Path,
+        threads: int | None = None,
+        server: str = "granian",
+        workers: int = 2,
+        log_level: str = "INFO",
+    ) -> None:
         self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.backend = backend
         apps = workdir / "apps.ini"
         apps.write_text(
             f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n"
             f"sqs_secret = {SQS_SECRET}\n"
         )
-        ini = workdir / f"{backend}.ini"
+        if threads is None:
+            threads = 16 if server == "granian" else 8
+        ini = workdir / f"{backend}-{server}.ini"
         ini.write_text(
             INI.format(
                 apps=apps,
                 storage=storage_settings(backend, workdir),
-                port=self.port,
-                threads=threads,
+                server=SERVERS[server].format(port=self.port, workers=workers, threads=threads),
+                log_level=log_level,
             )
         )
+        self.description = {
+            "server": server,
+            "workers": workers if server == "granian" else 1,
+            "threads_per_worker": threads,
+            "request_log": log_level,
+        }
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "pserve"), str(ini)],
             stdout=subprocess.DEVNULL,
-            stderr=open(workdir / f"{backend}.log", "wb"),
+            stderr=open(workdir / f"{backend}-{server}.log", "ab"),  # noqa: SIM115
+            start_new_session=True,
         )
         wait_http(f"http://127.0.0.1:{self.port}/__lbheartbeat__", timeout=120)
         self.ps = psutil.Process(self.proc.pid)
@@ -106,16 +214,23 @@ class Server:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.peak_rss = max(self.peak_rss, self.ps.memory_info().rss)
-            except psutil.Error:
-                return
+            self.peak_rss = max(self.peak_rss, tree_rss(self.ps))
             time.sleep(0.05)
+
+    def rss(self) -> int:
+        return tree_rss(self.ps)
+
+    def cpu(self) -> float:
+        return tree_cpu(self.ps)
 
     def stop(self) -> None:
         self._stop.set()
         self.proc.terminate()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=30)
 
 
 def request(conn: http.client.HTTPConnection, method: str, path: str, body=None):
@@ -125,101 +240,206 @@ def request(conn: http.client.HTTPConnection, method: str, path: str, body=None)
     return response.status, data
 
 
-def drive(port: int, concurrency: int, duration: float, make_request) -> dict:
-    """Run ``make_request(conn, worker, n)`` in a loop on ``concurrency`` keep-alive connections."""
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-    units = [0] * concurrency
-    failures = [0] * concurrency
-    deadline = time.perf_counter() + duration
+def ensure_wrk() -> str:
+    """The path of ``wrk``; installs Debian's package when it is missing (as root)."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    log("wrk missing: installing it from Debian")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    apt = ["apt-get"] if os.geteuid() == 0 else ["sudo", "-n", "-E", "apt-get"]
+    subprocess.run([*apt, "update", "-q"], check=True, env=env, stdout=sys.stderr)
+    subprocess.run([*apt, "install", "-y", "-q", "wrk"], check=True, env=env, stdout=sys.stderr)
+    found = shutil.which("wrk")
+    if not found:
+        raise RuntimeError("wrk is not on PATH after installing it")
+    return found
 
-    def worker(index: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        n = 0
-        while time.perf_counter() < deadline:
-            start = time.perf_counter()
-            ok, count = make_request(conn, index, n)
-            latencies[index].append(time.perf_counter() - start)
-            if ok:
-                units[index] += count
-            else:
-                failures[index] += 1
-            n += 1
-        conn.close()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    flat = sorted(x for per in latencies for x in per)
+def wrk(
+    server: Server,
+    script: str,
+    path: str,
+    connections: int,
+    threads: int,
+    duration: float,
+    env: dict[str, str],
+) -> dict:
+    """One wrk run; the figures its script's ``done`` printed, with CPU and memory."""
+    argv = [
+        ensure_wrk(),
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{round(duration)}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(WRK_DIR / script),
+        f"http://127.0.0.1:{server.port}{path}",
+    ]
+    environ = {**os.environ, "QUEUEY_WRK_DIR": str(WRK_DIR), **env}
+    cpu_before = server.cpu()
+    server.peak_rss = server.rss()
+    proc = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ps = psutil.Process(proc.pid)
+    wrk_cpu = 0.0
+    while proc.poll() is None:
+        try:
+            times = ps.cpu_times()
+            wrk_cpu = times.user + times.system
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk failed ({proc.returncode}): {(out + err).decode()[-1000:]}")
+    lines = [line for line in out.decode().splitlines() if line.startswith('{"wrk"')]
+    if not lines:
+        raise RuntimeError(f"wrk printed no results: {out.decode()[-1000:]}")
+    figures = json.loads(lines[-1])["wrk"]
+    seconds = figures["duration_us"] / 1e6
     return {
-        "concurrency": concurrency,
-        "seconds": round(elapsed, 2),
-        "requests": len(flat),
-        "failures": sum(failures),
-        "units": sum(units),
-        "per_second": round(sum(units) / elapsed, 1),
-        "p50_ms": round(statistics.median(flat) * 1000, 2) if flat else None,
-        "p99_ms": round(flat[int(len(flat) * 0.99) - 1] * 1000, 2) if flat else None,
+        "connections": connections,
+        "wrk_threads": threads,
+        "seconds": round(seconds, 2),
+        "requests": figures["requests"],
+        "units": figures["units"],
+        "per_second": round(figures["units"] / seconds, 1),
+        "requests_per_second": round(figures["requests"] / seconds, 1),
+        "p50_ms": round(figures["p50_us"] / 1000, 2),
+        "p90_ms": round(figures["p90_us"] / 1000, 2),
+        "p99_ms": round(figures["p99_us"] / 1000, 2),
+        "max_ms": round(figures["max_us"] / 1000, 2),
+        "failures": figures["failures"] + figures["socket_errors"] + figures["timeouts"],
+        "empty_answers": figures["empty"],
+        "server_cpu_s": round(server.cpu() - cpu_before, 2),
+        "wrk_cpu_s": round(wrk_cpu, 2),
+        "server_peak_rss_mb": round(server.peak_rss / 2**20, 1),
     }
 
 
-def bench_backend(backend: str, duration: float, workdir: Path) -> dict:
-    server = Server(backend, workdir)
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median rate, plus every run's rate."""
+    ordered = sorted(runs, key=lambda run: run["per_second"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["runs_per_second"] = [run["per_second"] for run in runs]
+    chosen["median_per_second"] = statistics.median(run["per_second"] for run in runs)
+    return chosen
+
+
+def create_queue(port: int, name: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    status, data = request(
+        conn, "POST", "/queue", json.dumps({"queue_name": name, "partitions": PARTITIONS})
+    )
+    conn.close()
+    if status != 201:
+        raise RuntimeError(f"creating {name}: {status} {data[:200]!r}")
+
+
+def bench_backend(
+    backend: str,
+    duration: float,
+    runs: int,
+    workdir: Path,
+    server_kind: str,
+    workers: int,
+    only: set[str],
+    request_log: str = "INFO",
+) -> dict:
+    server = Server(backend, workdir, server=server_kind, workers=workers, log_level=request_log)
+    body_file = workdir / "message.json"
+    body_file.write_bytes(json.dumps(BODY_200).encode())
+    queue = f"bench{int(time.time())}"
+    results: dict = {"server": server.description}
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        queue = f"bench{int(time.time())}"
-        status, _ = request(
-            conn, "POST", "/queue", json.dumps({"queue_name": queue, "partitions": 8})
-        )
-        assert status == 201, status
-        single_body = json.dumps(BODY_200).encode()
-
-        def single(c, worker, n):
-            status, _ = request(c, "POST", f"/queue/{queue}", single_body)
-            return status == 201, 1
-
-        batch_body = json.dumps({"messages": [{"body": BODY_200} for _ in range(100)]}).encode()
-
-        def batch(c, worker, n):
-            status, _ = request(c, "POST", f"/queue/{queue}/batch", batch_body)
-            return status == 201, 100
-
-        results = {
-            "single_post": drive(server.port, 8, duration, single),
-            "batch_post": drive(server.port, 4, duration, batch),
+        create_queue(server.port, queue)
+        path = f"/queue/{queue}"
+        scenarios = [
+            ("heartbeat", "plain.lua", "/__lbheartbeat__", 8, 2, {}),
+            ("single_post", "post.lua", path, 8, 2, {"QUEUEY_WRK_BODY": str(body_file)}),
+            (
+                "batch_post",
+                "post.lua",
+                path,
+                4,
+                2,
+                {"QUEUEY_WRK_BODY": str(body_file), "QUEUEY_WRK_BATCH": "100"},
+            ),
+            ("get_1000", "read.lua", path, 4, 2, {"QUEUEY_WRK_LIMIT": "1000"}),
+            ("reserve_ack", "reserve_ack.lua", path, 4, 4, {"QUEUEY_WRK_LIMIT": "100"}),
+        ]
+        for name, script, target, connections, threads, env in scenarios:
+            if name not in only:
+                continue
+            if name in ("get_1000", "reserve_ack") and backend == "cassandra":
+                time.sleep(2.5)  # the newest posts pass the configured read delay
+            log(f"{backend}: {name} x{runs}")
+            measured = [
+                wrk(server, script, target, connections, threads, duration, env)
+                for _ in range(runs)
+            ]
+            results[name] = median_run(measured)
+        units = {
+            "heartbeat": "requests",
+            "single_post": "messages (one per request)",
+            "batch_post": "messages (100 per request)",
+            "get_1000": "messages read",
+            "reserve_ack": "messages reserved and acked",
         }
-        delay = 2.5 if backend == "cassandra" else 0
-        time.sleep(delay)  # let the newest writes pass the configured read delay
-
-        def get(c, worker, n):
-            status, data = request(c, "GET", f"/queue/{queue}?limit=1000&partitions={n % 8 + 1}")
-            return status == 200, data.count(b'"message_id"')
-
-        results["get_1000"] = drive(server.port, 4, duration, get)
-        results["single_post"]["unit"] = "requests"
-        results["batch_post"]["unit"] = "messages"
-        results["get_1000"]["unit"] = "messages"
-        results["server_peak_rss_mb"] = round(server.peak_rss / 2**20, 1)
+        for name, unit in units.items():
+            if name in results:
+                results[name]["unit"] = unit
+        results["server_rss_mb_after"] = round(server.rss() / 2**20, 1)
         return results
     finally:
         server.stop()
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="both", choices=["sqlite", "cassandra", "both"])
-    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--server", default="granian", choices=sorted(SERVERS))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--request-log",
+        default="INFO",
+        choices=["INFO", "WARNING"],
+        help="INFO: a line per request, as the shipped ini files log",
+    )
+    parser.add_argument("--only", default="heartbeat,single_post,batch_post,get_1000,reserve_ack")
     args = parser.parse_args()
     backends = ["sqlite", "cassandra"] if args.backend == "both" else [args.backend]
-    out = {"benchmark": "api", "cpus": os.cpu_count(), "results": {}}
+    only = set(args.only.split(","))
+    out = {
+        "benchmark": "api",
+        "cpus": os.cpu_count(),
+        "load": f"wrk {wrk_version()} (C, {WRK_DIR.relative_to(ROOT)}/*.lua)",
+        "message_bytes": len(json.dumps(BODY_200)),
+        "results": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
-            out["results"][backend] = bench_backend(backend, args.duration, Path(tmp))
+            out["results"][backend] = bench_backend(
+                backend,
+                args.duration,
+                args.runs,
+                Path(tmp),
+                args.server,
+                args.workers,
+                only,
+                args.request_log,
+            )
     print(json.dumps(out, indent=2))
     return 0
+
+
+def wrk_version() -> str:
+    done = subprocess.run([ensure_wrk(), "-v"], capture_output=True, text=True, check=False)
+    words = (done.stdout + done.stderr).split()
+    return words[1] if len(words) > 1 else "unknown"
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Consumer benchmark: queuey-worker processes draining a 16-partition queue.
 
-    python bench/consumers.py [--messages 20000] [--batch-size 500] [--session-timeout 6]
+    python bench/consumers.py [--messages 200000] [--batch-size 500] [--session-timeout 6]
 
-Starts ZooKeeper through the harness and a Queuey server (waitress, SQLite) in
-its own process, fills a 16-partition queue, then measures:
+Starts ZooKeeper through the harness and a Queuey server (the production server
+of ``bench/api.py``: granian, 2 workers, SQLite) in its own process, fills a
+16-partition queue, then measures:
 
 * end-to-end consumption in messages/s with 1, 2 and 4 ``queuey-worker``
   processes (job ``examples.crash_worker:noop``), each run a new consumer group
@@ -38,24 +39,11 @@ from kazoo.exceptions import NoNodeError
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, wait_http  # noqa: E402
+from bench.api import Server  # noqa: E402
 from queuey.client import Checkpoint, OutgoingMessage, QueueyClient  # noqa: E402
 
 APP, KEY = "bench", "bench-key"
 PARTITIONS = 16
-SERVER_INI = """
-[app:main]
-use = egg:queuey
-queuey.applications = {apps}
-queuey.storage.backend = queuey.storage.sqlite
-queuey.sqlite.path = {workdir}/consumers.sqlite3
-queuey.read_delay = 0
-
-[server:main]
-use = egg:waitress#main
-listen = 127.0.0.1:{port}
-threads = 8
-"""
 WORKER_INI = """
 [queuey]
 urls = {url}
@@ -82,30 +70,6 @@ pythonpath = {root_dir}
 
 def progress(text: str) -> None:
     print(f"[consumers] {text}", file=sys.stderr, flush=True)
-
-
-class Server:
-    """``pserve`` on a free port with the SQLite backend."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        apps = workdir / "apps.ini"
-        apps.write_text(f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n")
-        ini = workdir / "server.ini"
-        ini.write_text(SERVER_INI.format(apps=apps, workdir=workdir, port=self.port))
-        self.log = (workdir / "server.log").open("wb")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "pserve"), str(ini)],
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_http(f"{self.url}/__lbheartbeat__", timeout=120)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self.log.close()
 
 
 class Workers:
@@ -224,7 +188,7 @@ class Bench:
         self.root = f"/queuey-bench-{uuid.uuid4().hex[:8]}"
         self.zk = KazooClient(hosts=self.zk_hosts)
         self.zk.start(timeout=30)
-        self.server = Server(workdir)
+        self.server = Server("sqlite", workdir, log_level="WARNING")
         self.client = QueueyClient(self.server.url, APP, KEY, timeout=60)
 
     def close(self) -> None:
@@ -307,7 +271,7 @@ class Bench:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--session-timeout", type=float, default=6.0)
     parser.add_argument("--workers", default="1,2,4")

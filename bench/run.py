@@ -21,21 +21,23 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
+    "rabbitmq.py",
     "api.py",
+    "soak.py",
     "consumers.py",
     "spark.py",
     "durability.py",
     "workqueue.py",
     "sqs.py",
     "scrape.py",
-    "rabbitmq.py",
     "export.py",
 ]
 SHARING = (
-    "one box: each benchmark runs its servers (Queuey's waitress process, the "
-    "Cassandra and ZooKeeper JVMs, the RabbitMQ broker) and its load generator on "
-    "the same {cpus} cores, one benchmark after another; the harness Cassandra node "
-    "stays up (idle) during the others"
+    "one box: each benchmark runs its servers (Queuey's granian workers, the "
+    "Cassandra and ZooKeeper JVMs, the RabbitMQ broker) and its load generator (wrk "
+    "for Queuey, PerfTest for RabbitMQ) on the same {cpus} cores, one benchmark "
+    "after another; the harness Cassandra node stays up (idle) during the others. "
+    "Each figure says the CPU seconds its server and its load generator used"
 )
 
 
@@ -78,39 +80,46 @@ def figures_of(results: dict, name: str) -> dict:
     return result.get("results") or result.get("partial", {}).get("results") or {}
 
 
+#: The goals of the performance issue: (figure, backends, target ratio or rate).
+GOALS = [
+    ("single_post_over_confirmed_publish", "sqlite", "rate", 1.5),
+    ("single_post_over_confirmed_publish", "cassandra", "rate", 1.0),
+    ("batch_post_over_tx_publish", "sqlite", "rate", 3.0),
+    ("batch_post_over_tx_publish", "cassandra", "rate", 3.0),
+    ("reserve_ack_over_consume_ack", "sqlite", "rate", 1.0),
+    ("reserve_ack_over_consume_ack", "cassandra", "rate", 1.0),
+]
+#: p99 of a single post no worse than RabbitMQ's confirmed publish: ratio <= 1.
+P99_GOALS = [("single_post_over_confirmed_publish", backend) for backend in ("sqlite", "cassandra")]
+CONSUMER_GROUP_GOAL = 30_000
+
+
 def compare(results: dict) -> dict:
-    """Queuey / RabbitMQ for the figures that do the same job, from this run."""
+    """Queuey / RabbitMQ for the figures that do the same job, from this run,
+    and whether each goal was met."""
     peer = figures_of(results, "rabbitmq")
     if not peer:
         return {}
     consume = peer["consume_ack"]["per_second"]
     confirmed = peer["confirmed_publish"]
+    tx = peer.get("tx_publish", {})
     out: dict = {
         "rabbitmq": {
             "consume_ack_per_s": consume,
             "confirmed_publish_per_s": confirmed["per_second"],
             "confirmed_publish_p50_ms": confirmed["p50_ms"],
             "confirmed_publish_p99_ms": confirmed["p99_ms"],
+            "tx_publish_per_s": tx.get("per_second"),
         },
-        "reserve_ack_over_consume_ack": {},
         "single_post_over_confirmed_publish": {},
+        "batch_post_over_tx_publish": {},
+        "reserve_ack_over_consume_ack": {},
         "post_to_delivery_over_publish_to_delivery": {},
     }
     delivery = peer.get("publish_to_delivery", {})
     if delivery:
         out["rabbitmq"]["publish_to_delivery_p50_ms"] = delivery["p50_ms"]
         out["rabbitmq"]["publish_to_delivery_p99_ms"] = delivery["p99_ms"]
-    for backend, figures in figures_of(results, "workqueue").items():
-        for key, figure in figures.items():
-            if key.startswith("reserve_ack_batch_"):
-                name = f"{backend}_batch_{key.removeprefix('reserve_ack_batch_')}"
-                out["reserve_ack_over_consume_ack"][name] = ratio(figure["per_second"], consume)
-        latency = figures.get("post_to_delivery")
-        if latency and delivery:
-            out["post_to_delivery_over_publish_to_delivery"][backend] = {
-                "p50_latency": ratio(latency["p50_ms"], delivery["p50_ms"]),
-                "p99_latency": ratio(latency["p99_ms"], delivery["p99_ms"]),
-            }
     for backend, figures in figures_of(results, "api").items():
         single = figures.get("single_post")
         if single:
@@ -119,15 +128,70 @@ def compare(results: dict) -> dict:
                 "p50_latency": ratio(single["p50_ms"], confirmed["p50_ms"]),
                 "p99_latency": ratio(single["p99_ms"], confirmed["p99_ms"]),
             }
+        batch = figures.get("batch_post")
+        if batch and tx:
+            out["batch_post_over_tx_publish"][backend] = {
+                "rate": ratio(batch["per_second"], tx["per_second"])
+            }
+        reserve = figures.get("reserve_ack")
+        if reserve:
+            out["reserve_ack_over_consume_ack"][backend] = {
+                "rate": ratio(reserve["per_second"], consume)
+            }
+    for backend, figures in figures_of(results, "workqueue").items():
+        latency = figures.get("post_to_delivery")
+        if latency and delivery:
+            out["post_to_delivery_over_publish_to_delivery"][backend] = {
+                "p50_latency": ratio(latency["p50_ms"], delivery["p50_ms"]),
+                "p99_latency": ratio(latency["p99_ms"], delivery["p99_ms"]),
+            }
+    out["goals"] = goals(out, results)
     out["how"] = (
-        "rate ratios above 1 mean Queuey is faster; latency ratios above 1 mean "
-        "Queuey is slower. reserve+ack: 4 HTTP consumers (bench/workqueue.py) vs one "
-        "AMQP consumer with prefetch 1000 and acks every 100; single post: 8 HTTP "
-        "clients posting one message per request (bench/api.py) vs 8 publishers "
-        "waiting for a confirm per persistent message; post to delivery: one producer, 4 "
-        "long-polling consumers on both sides"
+        "rate ratios above 1 mean Queuey is faster; latency ratios above 1 mean Queuey "
+        "is slower. Both sides under native load on the same cores: wrk against Queuey "
+        "(bench/api.py), RabbitMQ's PerfTest against the broker (bench/rabbitmq.py). "
+        "single post: 8 connections, one persistent message per request vs 8 "
+        "publishers waiting for a confirm per persistent message; batch: 4 connections "
+        "posting 100 messages per request vs 4 publishers committing transactions of "
+        "100; reserve+ack: 4 HTTP workers reserving 100 and acking them vs the "
+        "broker's consumer with prefetch 1000 and acks every 100; post to delivery: "
+        "one producer, 4 long-polling consumers on both sides (Python clients)"
     )
     return out
+
+
+def goals(comparison: dict, results: dict) -> list[dict]:
+    """Each goal of the issue with this run's figure and whether it was met."""
+    found = []
+    for figure, backend, key, target in GOALS:
+        value = comparison.get(figure, {}).get(backend, {}).get(key)
+        found.append(
+            {
+                "goal": f"{figure} ({backend}) {key} >= {target}",
+                "value": value,
+                "met": value is not None and value >= target,
+            }
+        )
+    for figure, backend in P99_GOALS:
+        value = comparison.get(figure, {}).get(backend, {}).get("p99_latency")
+        found.append(
+            {
+                "goal": f"{figure} ({backend}) p99 latency ratio <= 1",
+                "value": value,
+                "met": value is not None and value <= 1,
+            }
+        )
+    consumption = results.get("consumers", {}).get("consumption") or []
+    four = [run for run in consumption if run.get("workers") == 4]
+    value = four[0]["messages_per_second"] if four else None
+    found.append(
+        {
+            "goal": f"consumer group, 4 workers, 16 partitions >= {CONSUMER_GROUP_GOAL} msgs/s",
+            "value": value,
+            "met": value is not None and value >= CONSUMER_GROUP_GOAL,
+        }
+    )
+    return found
 
 
 def main() -> int:
