@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from pyramid.config import Configurator
@@ -14,6 +16,7 @@ from queuey.clock import SYSTEM_CLOCK, Clock
 from queuey.errors import ConfigurationError
 from queuey.groups import Groups
 from queuey.overview import Overview
+from queuey.server import ROLE_ENV, SHARED_DIR_ENV
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
 from queuey.web.coordination import Coordination
@@ -90,14 +93,20 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
         parsed.metadata_cache_seconds, shared=storage.metadata_changes()
     )
     registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
+    # Under the production server's workers, one process of its own measures
+    # queues and publishes the figures; the workers follow (queuey.server).
+    role = os.environ.get(ROLE_ENV, "")
+    snapshot = Path(os.environ[SHARED_DIR_ENV]) / "overview.pickle" if role else None
     registry.overview = Overview(
         storage,
         clock,
         lambda: registry.applications.keys(),
-        interval=parsed.stats_interval,
+        interval=0 if role == "worker" else parsed.stats_interval,
         max_age=parsed.stats_max_age,
         budget=parsed.stats_budget,
         max_queues=parsed.stats_max_queues,
+        publish=snapshot if role == "refresher" else None,
+        follow=snapshot if role == "worker" else None,
     )
     registry.groups = None
     if parsed.zookeeper_hosts:
@@ -110,6 +119,7 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
             max_age=parsed.stats_max_age,
         )
         registry.overview.after_pass.append(registry.groups.refresh_if_stale)
+        registry.overview.shared["groups"] = (registry.groups.snapshot, registry.groups.adopt)
 
     config.set_request_factory(QueueyRequest)
     config.include("queuey.web.security")

@@ -177,6 +177,16 @@ class Groups:
         """Every group matched to an application, as last read (for metrics)."""
         return [g for groups in self._found.values() for g in groups]
 
+    def snapshot(self) -> dict[str, list[GroupFigures]]:
+        """The groups as last read, to publish to other processes."""
+        return self._found
+
+    def adopt(self, found: dict[str, list[GroupFigures]], age: float) -> None:
+        """Take groups another process read ``age`` seconds ago."""
+        if self._refreshed is None or time.monotonic() - self._refreshed > age:
+            self._found = found
+            self._refreshed = time.monotonic() - age
+
     def refresh_if_stale(self) -> None:
         """:meth:`refresh` when the last one is older than ``max_age``."""
         if self._refreshed is None or time.monotonic() - self._refreshed > self.max_age:

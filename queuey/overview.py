@@ -10,16 +10,28 @@ look at the cache, so a scrape costs the same whatever the store holds.
 The overview also keeps, per queue and per minute for the last hour, the depth
 it measured and the messages this node accepted and acknowledged: the admin
 page draws these as a chart.
+
+Under the production server's worker processes (:mod:`queuey.server`) one
+process of its own refreshes and *publishes* each pass to a snapshot file, and
+the workers *follow* it: a worker reads the file again whenever it changed,
+before answering from its cache. Measuring a large queue is seconds of Python
+work; in a worker it would hold the interpreter lock while the worker's
+requests wait (measured: single posts on Cassandra went from 2,195 to 476 per
+second beside a refresher measuring queues of 300,000 messages).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from queuey.clock import Clock
 from queuey.errors import QueueNotFound
@@ -123,6 +135,8 @@ class Overview:
         max_age: float = 30.0,
         budget: float = 2.0,
         max_queues: int = 5000,
+        publish: Path | None = None,
+        follow: Path | None = None,
     ) -> None:
         self.storage = storage
         self.clock = clock
@@ -142,12 +156,21 @@ class Overview:
         self._discovered = False
         #: Called after every refresher pass (the consumer groups' refresh).
         self.after_pass: list[Callable[[], None]] = []
+        #: Where the refresher writes each pass (``publish``), or where this
+        #: process reads the figures another process measured (``follow``).
+        self.publish_to = publish
+        self.follow = follow
+        self._followed: int | None = None  # the snapshot's mtime_ns last read
+        #: Extra state published beside the figures, by name: ``(get, set)``
+        #: (the consumer groups' figures).
+        self.shared: dict[str, tuple[Callable[[], Any], Callable[[Any, float], None]]] = {}
 
     # -- reading the cache -----------------------------------------------------
     def queues(self, application: str) -> list[tuple[QueueMeta, QueueFigures | None]]:
         """The application's watched queues by name, each with its figures
         (``None`` for a queue not measured yet). The first call lists the
         queues itself rather than wait for the refresher's first pass."""
+        self._follow()
         if not self._discovered:
             self._discover()
         with self._lock:
@@ -158,12 +181,14 @@ class Overview:
 
     def figures(self, application: str, name: str) -> QueueFigures | None:
         """The queue's cached figures (``None`` until measured)."""
+        self._follow()
         with self._lock:
             entry = self._entries.get((application, name))
             return entry.figures if entry else None
 
     def all_figures(self) -> list[QueueFigures]:
         """Every measured queue's figures (what a metrics scrape exposes)."""
+        self._follow()
         with self._lock:
             return [e.figures for e in self._entries.values() if e.figures is not None]
 
@@ -221,6 +246,68 @@ class Overview:
         self.last_pass_seconds = time.monotonic() - started
         return measured
 
+    # -- sharing between processes --------------------------------------------
+    def publish(self) -> None:
+        """Write every queue's figures (and :attr:`shared` state) to the
+        snapshot file, whole: a reader sees the last pass or the one before."""
+        with self._lock:
+            entries = {key: (e.meta, e.figures) for key, e in self._entries.items()}
+        snapshot = {
+            "written": time.time(),
+            "entries": entries,
+            "unwatched": self.unwatched,
+            "last_pass_seconds": self.last_pass_seconds,
+            "shared": {name: get() for name, (get, _) in self.shared.items()},
+        }
+        path = self.publish_to
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_bytes(pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(partial, path)
+
+    def _published(self) -> None:
+        if self.publish_to is not None:
+            self.publish()
+
+    def _follow(self) -> None:
+        """Take the published figures if the snapshot changed since last read.
+
+        A queue keeps figures measured here (an operator's refresh) when they
+        are newer than the snapshot's. The file is written by this server's
+        own refresher process in a directory only its user may enter.
+        """
+        if self.follow is None:
+            return
+        try:
+            changed = os.stat(self.follow).st_mtime_ns
+        except FileNotFoundError:
+            return
+        if changed == self._followed:
+            return
+        try:
+            snapshot = pickle.loads(self.follow.read_bytes())  # noqa: S301 - our own file
+        except (OSError, pickle.UnpicklingError, EOFError) as exc:
+            log.warning("operators' figures not read from %s: %s", self.follow, exc)
+            return
+        self._followed = changed
+        with self._lock:
+            for key in list(self._entries):
+                if key not in snapshot["entries"]:
+                    del self._entries[key]
+            for key, (meta, figures) in snapshot["entries"].items():
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = self._entries[key] = _Entry(meta)
+                mine = entry.figures
+                if figures is not None and (mine is None or mine.measured <= figures.measured):
+                    entry.meta, entry.figures = meta, figures
+            self.unwatched = snapshot["unwatched"]
+            self.last_pass_seconds = snapshot["last_pass_seconds"]
+            self._discovered = True
+        age = max(0.0, time.time() - snapshot["written"])
+        for name, value in snapshot["shared"].items():
+            if name in self.shared:
+                self.shared[name][1](value, age)
+
     # -- the refresher thread --------------------------------------------------
     def start(self) -> None:
         """Start the refresher thread (once; the app factory starts it)."""
@@ -239,7 +326,7 @@ class Overview:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for step in (self.refresh_pass, *self.after_pass):
+            for step in (self.refresh_pass, *self.after_pass, self._published):
                 try:
                     step()
                 except Exception as exc:  # noqa: BLE001 - the refresher must outlive any failure

@@ -34,12 +34,21 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import threading
 from typing import Any
 
 from queuey.coerce import as_bool
 from queuey.web.metrics import MULTIPROCESS_DIR
 
 log = logging.getLogger(__name__)
+
+#: What a process the server starts is: ``worker`` (serves requests, follows
+#: the operators' figures) or ``refresher`` (measures queues, publishes the
+#: figures); unset, one process does everything (waitress, tests).
+ROLE_ENV = "QUEUEY_ROLE"
+#: A directory of the server's own, made when it starts and removed when it
+#: stops: the workers' metrics files and the figures' snapshot live there.
+SHARED_DIR_ENV = "QUEUEY_SHARED_DIR"
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -85,13 +94,70 @@ def granian(
     # an app and closed it again), so each imports prometheus_client with the
     # shared metrics directory set: /metrics then sums every worker's counters.
     multiprocessing.set_start_method("spawn", force=True)
-    metrics_dir = tempfile.mkdtemp(prefix="queuey-metrics-")
-    os.environ[MULTIPROCESS_DIR] = metrics_dir
+    shared_dir = tempfile.mkdtemp(prefix="queuey-server-")
+    os.environ[SHARED_DIR_ENV] = shared_dir
+    os.environ[MULTIPROCESS_DIR] = os.path.join(shared_dir, "metrics")
+    os.mkdir(os.environ[MULTIPROCESS_DIR])
+    # Measuring queues is long Python work: in a process of its own it never
+    # holds a worker's interpreter lock while that worker's requests wait.
+    refresher = Refresher(os.environ["QUEUEY_INI"])
+    refresher.start()
+    os.environ[ROLE_ENV] = "worker"
     log.info("granian on %s:%d, %s workers of %s threads", host, port, workers, threads)
     try:
         serve(host, port, int(workers), int(threads), int(backlog), as_bool(access_log))
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        refresher.stop()
+        shutil.rmtree(shared_dir, ignore_errors=True)
+
+
+def refresher_main(ini: str) -> None:
+    """The refresher process: build the app (which starts the operators'
+    refresher thread, publishing each pass) and wait to be stopped."""
+    os.environ[ROLE_ENV] = "refresher"
+    from pyramid.paster import get_app, setup_logging
+
+    setup_logging(ini)
+    get_app(ini, "main")
+    threading.Event().wait()
+
+
+class Refresher:
+    """The refresher process, started again if it dies (after a pause)."""
+
+    RESTART_PAUSE = 5.0
+
+    def __init__(self, ini: str) -> None:
+        self.ini = ini
+        self._stop = threading.Event()
+        self._process: multiprocessing.Process | None = None
+        self._watcher = threading.Thread(target=self._watch, name="queuey-refresher", daemon=True)
+
+    def start(self) -> None:
+        self._spawn()
+        self._watcher.start()
+
+    def _spawn(self) -> None:
+        self._process = multiprocessing.Process(
+            target=refresher_main, args=(self.ini,), name="queuey-refresher", daemon=True
+        )
+        self._process.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self._process.join(1.0)
+            if self._process.exitcode is not None and not self._stop.is_set():
+                code = self._process.exitcode
+                log.warning("the refresher process exited (%s); restarting it", code)
+                self._stop.wait(self.RESTART_PAUSE)
+                if not self._stop.is_set():
+                    self._spawn()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._process is not None and self._process.is_alive():
+            self._process.terminate()
+            self._process.join(10)
 
 
 def serve(host: str, port: int, workers: int, threads: int, backlog: int, access_log: bool):

@@ -132,15 +132,21 @@ class ApiNode:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
-    def workers(self) -> list[int]:
-        """The pids of the node's worker processes (none for waitress)."""
+    def workers(self, role: str = "worker") -> list[int]:
+        """The pids of the node's processes of ``role`` (``worker``: serving
+        requests; ``refresher``: measuring queues); none for waitress."""
         import psutil
 
-        return [
-            child.pid
-            for child in psutil.Process(self.proc.pid).children(recursive=True)
-            if "spawn_main" in " ".join(child.cmdline())  # not multiprocessing's resource tracker
-        ]
+        found = []
+        for child in psutil.Process(self.proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "spawn_main" not in " ".join(child.cmdline()):
+                    continue  # multiprocessing's resource tracker
+                # Workers start with QUEUEY_ROLE=worker; the refresher sets its own later.
+                is_worker = child.environ().get("QUEUEY_ROLE") == "worker"
+                if is_worker == (role == "worker"):
+                    found.append(child.pid)
+        return found
 
     def freeze(self) -> None:
         """SIGSTOP: connections are still accepted (by the kernel), never answered."""

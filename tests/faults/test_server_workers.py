@@ -154,3 +154,21 @@ def test_metrics_count_every_worker(make_api_node, test_apps):
         posted = [ln for ln in text.splitlines() if ln.startswith("queuey_messages_posted_total")]
         seen.add(posted[0].split()[-1] if posted else None)
     assert seen == {"60.0"}, seen
+
+
+def test_every_worker_exposes_the_figures_the_refresher_process_measured(make_api_node, test_apps):
+    """Queues are measured by a process of their own; every worker's /metrics
+    shows its figures (the workers follow its snapshot)."""
+    node = make_api_node("workers", server="granian", **{"queuey.stats.interval": "0.5"})
+    assert len(node.workers()) == 2 and len(node.workers("refresher")) == 1
+    queue = f"figures{int(time.time() * 1000)}"
+    with QueueyClient(node.url, test_apps.app, KEY) as admin:
+        admin.create_queue(queue, partitions=1)
+        admin.post_batch(queue, [{"n": n} for n in range(7)])
+    line = f'queuey_queue_depth{{application="{test_apps.app}",queue="{queue}"}} 7.0'
+
+    def shown_by_every_answer() -> bool:
+        answers = [requests.get(f"{node.url}/metrics", timeout=10).text for _ in range(10)]
+        return all(line in text.splitlines() for text in answers)
+
+    wait_until(shown_by_every_answer, 30, "every worker to show the measured depth", 0.5)

@@ -133,3 +133,39 @@ def test_metrics_expose_per_queue_gauges_from_the_cache(make_app, sqlite_storage
     assert "queuey_messages_posted_total 2.0" in text
     # Posts are also counted per queue and minute for the admin chart.
     assert sum(m.posted for m in overview.history(app.apps.app, "orders")) == 2
+
+
+def test_a_follower_takes_the_published_figures_and_keeps_its_own_newer_ones(
+    sqlite_storage, clock, tmp_path
+):
+    """The production server's refresher process publishes each pass; workers
+    follow the file and never measure in the background themselves."""
+    storage = CountingStorage(sqlite_storage)
+    orders = storage.create_queue(QueueMeta("ops", "orders", created=clock.now_micros()))
+    bills = storage.create_queue(QueueMeta("ops", "bills", created=clock.now_micros()))
+    put(storage, orders, 3)
+    snapshot = tmp_path / "overview.pickle"
+    refresher = Overview(storage, clock, lambda: ["ops"], interval=0, publish=snapshot)
+    worker = Overview(storage, clock, lambda: ["ops"], interval=0, follow=snapshot)
+    assert worker.all_figures() == []  # nothing published yet
+    assert refresher.refresh_pass() == 2
+    refresher.publish()
+    scans = storage.scans
+    assert {(f.name, f.depth) for f in worker.all_figures()} == {("orders", 3), ("bills", 0)}
+    assert storage.scans == scans  # the worker measured nothing
+    # An operator's refresh through the worker is newer than the snapshot: kept.
+    put(storage, bills, 4)
+    clock.advance(1)
+    assert worker.refresh(bills).depth == 4
+    snapshot.touch()  # the same snapshot again, seen as changed
+    worker._followed = None
+    assert worker.figures("ops", "bills").depth == 4
+    assert worker.figures("ops", "orders").depth == 3
+    # The next pass publishes newer figures: the worker takes them.
+    clock.advance(31)
+    put(storage, orders, 1)
+    assert refresher.refresh_pass() == 2
+    refresher.publish()
+    worker._followed = None  # mtime granularity: the test does not wait for it
+    assert worker.figures("ops", "orders").depth == 4
+    assert worker.figures("ops", "bills").depth == 4
