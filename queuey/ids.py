@@ -70,7 +70,16 @@ def make_uuid(micros: int, node: int, clock_seq: int) -> uuid.UUID:
     time_hi_version = ((t >> 48) & 0x0FFF) | 0x1000
     seq_hi_variant = ((clock_seq >> 8) & 0x3F) | 0x80
     seq_low = clock_seq & 0xFF
-    return uuid.UUID(fields=(time_low, time_mid, time_hi_version, seq_hi_variant, seq_low, node))
+    # The 128-bit value the six fields make (what uuid.UUID(fields=...) builds,
+    # at a third of the cost: ids are minted per message).
+    return uuid.UUID(
+        int=(time_low << 96)
+        | (time_mid << 80)
+        | (time_hi_version << 64)
+        | (seq_hi_variant << 56)
+        | (seq_low << 48)
+        | (node & 0xFFFFFFFFFFFF)
+    )
 
 
 def min_uuid(micros: int) -> uuid.UUID:
@@ -166,4 +175,9 @@ def micros_to_datetime(micros: int) -> datetime:
 
 def order_key(message_id: uuid.UUID) -> tuple[int, bytes]:
     """Sort key equal to Cassandra's timeuuid order: time, then signed bytes."""
-    return (message_id.time, bytes(b ^ 0x80 for b in message_id.bytes[8:]))
+    return (message_id.time, tiebreak_bytes(message_id))
+
+
+def tiebreak_bytes(message_id: uuid.UUID) -> bytes:
+    """The second half of :func:`order_key`: the low 8 bytes, each as signed."""
+    return ((message_id.int & 0xFFFFFFFFFFFFFFFF) ^ 0x8080808080808080).to_bytes(8, "big")

@@ -35,8 +35,10 @@ _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"?', re.DOTALL)
 #: Opening brackets to 2, closing ones to 0 (steps of +1/-1 once 1 is taken off).
 _DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-#: An integer orjson may not hold exactly (beyond 64 bits), or a long mantissa.
-_LONG_NUMBER = re.compile(rb"\d{19}")
+#: Digits to ``1``, every other byte to ``0``: a run of 19 ``1`` is a number
+#: orjson may not hold exactly (an integer beyond 64 bits), or a long mantissa.
+_DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_RUN = b"1" * 19
 
 
 class NotJSON(ServiceError):
@@ -97,13 +99,30 @@ def _check_strings(value: Any) -> None:
 def loads(raw: bytes) -> Any:
     """Parse a body: :class:`NotJSON` (415) if it is not JSON, :class:`InvalidJSON`
     (400) if it is JSON the service refuses."""
-    check_depth(raw)
-    if not _LONG_NUMBER.search(raw):
+    if _LONG_RUN not in raw.translate(_DIGIT_MAP):
         try:
-            return orjson.loads(raw)
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # the standard library says why, in the words callers know
+        else:
+            if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+                check_value_depth(value)
+            return value
+    check_depth(raw)  # before the standard library's recursive parser sees it
     return _strict_loads(raw)
+
+
+def check_value_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """A parsed value nests at most ``limit`` containers deep (what
+    :func:`check_depth` says of its text), walked without recursion."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise InvalidJSON(f"JSON may nest at most {limit} levels deep")
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
 
 
 def _strict_loads(raw: bytes) -> Any:

@@ -116,8 +116,13 @@ class GroupCommit:
         try:
             conn.execute("BEGIN IMMEDIATE")
             (last,) = conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()
-            for job in jobs:
-                last = self._write_job(conn, job, last)
+            if len(jobs) == 1:
+                # Alone in the commit: the transaction is the job's savepoint
+                # (a failure rolls back exactly its messages).
+                last = self._insert(conn, jobs[0], last)
+            else:
+                for job in jobs:
+                    last = self._write_job(conn, job, last)
             conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (last,))
             conn.execute("COMMIT")
         except BaseException as exc:

@@ -215,7 +215,7 @@ def last_ts(conn: sqlite3.Connection) -> int:
 
 def tiebreak(message_id: uuid.UUID) -> bytes:
     """The id bytes that order messages of the same timestamp."""
-    return ids.order_key(message_id)[1]
+    return ids.tiebreak_bytes(message_id)
 
 
 def dump_attributes(attributes) -> str | None:

@@ -71,6 +71,11 @@ _NEW = (
     "WHERE incarnation = ? AND partition = ? AND priority = ? AND priority > 0 "
     "AND (ts, tiebreak) > (?, ?) AND ts <= ? AND expires > ? ORDER BY ts, tiebreak LIMIT ?"
 )
+#: Whether the queue holds a message above priority 0 (one probe of the partial index).
+_ANY_PRIORITY = (
+    "SELECT 1 FROM messages INDEXED BY messages_by_priority "
+    "WHERE incarnation = ? AND priority > 0 LIMIT 1"
+)
 #: Every message after a position, for priority 0 (filtered here, see _new_default).
 _SCAN = (
     f"SELECT tiebreak, {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
@@ -144,10 +149,15 @@ class WorkQueues:
             visible = max(now, last)
             chosen: list[_Row] = []
             passed: dict[int, tuple[int, bytes]] = {}
+            # One index probe says whether the queue holds any message above
+            # priority 0; without one, the nine per-priority walks are skipped.
+            prioritised = conn.execute(_ANY_PRIORITY, (queue.incarnation,)).fetchone()
             for priority in PRIORITIES:
                 chosen += due[priority][: limit - len(chosen)]
                 if len(chosen) >= limit:
                     break
+                if priority and prioritised is None:
+                    continue
                 after = [positions.get((part, priority), (-1, b"")) for part in parts]
                 need = limit - len(chosen)
                 found = (
@@ -339,10 +349,12 @@ class WorkQueues:
     ) -> dict[str, ReceiptStatus]:
         """Finish leases and dead-letter claims (see :meth:`Storage.ack`).
 
-        A current lease or claim is finished by one conditional update (its
-        key, id and token); only a receipt that update misses is looked up, to
-        tell a repeated ack (answered acked) from an expired or unknown one.
-        Receipts are parsed before the write lock is taken.
+        Every current lease or claim is finished by one conditional update per
+        receipt (its key, id and token), all in one call. When one missed,
+        each receipt is looked up after the updates: its lease now finished
+        with its token is acked (by this call or an earlier one); otherwise it
+        is expired or unknown. Receipts are parsed before the write lock is
+        taken.
         """
         answer: dict[str, ReceiptStatus] = {}
         parsed = []
@@ -363,10 +375,12 @@ class WorkQueues:
         if not parsed:
             return answer
         with self.db.write() as conn:
+            finished = conn.executemany(
+                _FINISH, [(*key, raw_id, token) for _, key, raw_id, token in parsed]
+            ).rowcount
             for receipt, key, raw_id, token in parsed:
-                finished = conn.execute(_FINISH, (*key, raw_id, token)).rowcount
-                if finished:
-                    answer[receipt] = "acked"
+                if finished == len(parsed):
+                    answer[receipt] = "acked"  # every update found its lease
                     continue
                 row = conn.execute(
                     f"SELECT id, state, token FROM leases WHERE {_LEASE_KEY}", key
