@@ -122,6 +122,7 @@ def storage_settings(backend: str, workdir: Path) -> str:
     from queuey.harness import cassandra
 
     cluster = cassandra.ensure_running(1)
+    fresh_keyspace(cluster.contact_points, cluster.port, "queuey_bench")
     return (
         "queuey.storage.backend = queuey.storage.cassandra\n"
         f"queuey.cassandra.contact_points = {','.join(cluster.contact_points)}\n"
@@ -131,6 +132,18 @@ def storage_settings(backend: str, workdir: Path) -> str:
         "queuey.cassandra.request_timeout = 2\n"
         "queuey.read_delay = 2\n"
     )
+
+
+def fresh_keyspace(contact_points: list[str], port: int, keyspace: str) -> None:
+    """Drop what earlier runs left: every run measures an empty keyspace (a
+    queue of millions of messages costs the operators' refresher more)."""
+    from cassandra.cluster import Cluster
+
+    cluster = Cluster(list(contact_points), port=port)
+    try:
+        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+    finally:
+        cluster.shutdown()
 
 
 def tree(proc: psutil.Process) -> list[psutil.Process]:
