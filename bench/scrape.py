@@ -39,14 +39,21 @@ def log(message: str) -> None:
 
 
 def cpu(server: Server) -> float:
-    times = server.ps.cpu_times()
-    return times.user + times.system
+    """CPU seconds of the server's processes (its workers and refresher too)."""
+    return server.cpu()
 
 
 def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
     started = time.perf_counter()
-    conn.request("GET", "/metrics")
-    response = conn.getresponse()
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+    except (http.client.RemoteDisconnected, ConnectionError):
+        # The server closed the idle keep-alive connection (after a pause): a new one.
+        conn.close()
+        started = time.perf_counter()
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
     body = response.read()
     if response.status != 200:
         raise RuntimeError(f"/metrics answered {response.status}")

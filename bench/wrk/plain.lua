@@ -15,9 +15,7 @@ function request()
 end
 
 function response(status, headers, body)
-  if status == 200 then
+  if not report.refused(status, 200) then
     units = units + 1
-  else
-    failures = failures + 1
   end
 end

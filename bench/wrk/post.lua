@@ -28,9 +28,7 @@ function request()
 end
 
 function response(status, headers, body)
-  if status == 201 then
+  if not report.refused(status, 201) then
     units = units + (batch > 0 and batch or 1)
-  else
-    failures = failures + 1
   end
 end

@@ -15,6 +15,15 @@ function report.read_file(path)
   return data
 end
 
+-- Counts an answer whose status is not the expected one as a failure; true then.
+function report.refused(status, expected)
+  if status ~= expected then
+    failures = failures + 1
+    return true
+  end
+  return false
+end
+
 -- Every thread's Lua state, to sum the counters each one keeps.
 local threads = {}
 

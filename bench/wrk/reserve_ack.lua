@@ -26,8 +26,7 @@ function request()
 end
 
 function response(status, headers, body)
-  if status ~= 200 then
-    failures = failures + 1
+  if report.refused(status, 200) then
     return
   end
   local acked = string.match(body, '"acked":(%d+)')

@@ -32,6 +32,7 @@ from __future__ import annotations
 import heapq
 import secrets
 import sqlite3
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -94,6 +95,12 @@ _FINISH = (
 
 def new_token() -> str:
     return secrets.token_hex(8)
+
+
+def new_tokens(count: int) -> list[str]:
+    """``count`` tokens like :func:`new_token`'s, from one read of the OS's randomness."""
+    text = secrets.token_hex(8 * count)
+    return [text[i : i + 16] for i in range(0, 16 * count, 16)]
 
 
 class _Row:
@@ -169,9 +176,10 @@ class WorkQueues:
             until = now + visibility_timeout * ids.MICROS
             new_leases: list[tuple] = []
             moved: dict[tuple[int, int], tuple[int, bytes]] = {}
-            deliveries = [
-                self._lease(conn, queue, subscription, row, until, now, new_leases, moved)
-                for row in chosen
+            tokens = new_tokens(len(chosen))
+            leased = [
+                self._lease(conn, queue, subscription, row, token, until, now, new_leases, moved)
+                for row, token in zip(chosen, tokens, strict=True)
             ]
             conn.executemany(_INSERT_LEASE, new_leases)
             for part, position in passed.items():
@@ -192,6 +200,11 @@ class WorkQueues:
             )
             if newest is not None and newest > last:
                 conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (now,))
+        # Receipts are made once the write lock is released.
+        deliveries = [
+            Delivery(message, attempts, make_receipt(message.partition, message.id, token), first)
+            for message, attempts, token, first in leased
+        ]
         return Reserved(deliveries, letters)
 
     def _fifo_free(self, conn, queue, subscription, parts, now) -> list[int]:
@@ -285,12 +298,13 @@ class WorkQueues:
         return chosen
 
     def _lease(
-        self, conn, queue, subscription, row: _Row, until: int, now: int, new_leases, moved
-    ) -> Delivery:
-        """Lease one row: a due lease is updated here; a new message's lease row
-        goes to ``new_leases`` and its position to ``moved`` (the newest per
-        partition and priority), both written once for the whole reservation."""
-        message, token = row.message, new_token()
+        self, conn, queue, subscription, row: _Row, token, until: int, now: int, new_leases, moved
+    ) -> tuple[Message, int, str, int]:
+        """Lease one row with ``token``: a due lease is updated here; a new
+        message's lease row goes to ``new_leases`` and its position to
+        ``moved`` (the newest per partition and priority), both written once
+        for the whole reservation. Returns (message, attempts, token, first)."""
+        message = row.message
         key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
         first = row.first_at or now
         if row.state is None:
@@ -309,8 +323,7 @@ class WorkQueues:
                 (token, until, first, *key),
             )
             attempts = row.attempts + 1
-        receipt = make_receipt(message.partition, message.id, token)
-        return Delivery(message, attempts, receipt, first)
+        return message, attempts, token, first
 
     def _claim(self, conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
         message, token = row.message, new_token()
@@ -324,8 +337,8 @@ class WorkQueues:
 
     # -- receipts -----------------------------------------------------------------
     @staticmethod
-    def _lookup(conn, queue, subscription, receipt):
-        """``(key, token, lease row)`` for a receipt, or ``None`` when unknown."""
+    def _lease_key(queue, subscription, receipt) -> tuple[tuple, uuid.UUID, str] | None:
+        """``(lease key, message id, token)`` a receipt names, or ``None`` if malformed."""
         parsed = parse_receipt(receipt)
         if parsed is None:
             return None
@@ -337,6 +350,15 @@ class WorkQueues:
             ids.micros_of(message_id),
             tiebreak(message_id),
         )
+        return key, message_id, token
+
+    @classmethod
+    def _lookup(cls, conn, queue, subscription, receipt):
+        """``(key, token, lease row)`` for a receipt, or ``None`` when unknown."""
+        named = cls._lease_key(queue, subscription, receipt)
+        if named is None:
+            return None
+        key, message_id, token = named
         row = conn.execute(
             f"SELECT id, state, token, attempts, last_error FROM leases WHERE {_LEASE_KEY}", key
         ).fetchone()
@@ -359,18 +381,11 @@ class WorkQueues:
         answer: dict[str, ReceiptStatus] = {}
         parsed = []
         for receipt in dict.fromkeys(receipts):
-            found = parse_receipt(receipt)
-            if found is None:
+            named = self._lease_key(queue, subscription, receipt)
+            if named is None:
                 answer[receipt] = "unknown"
                 continue
-            partition, message_id, token = found
-            key = (
-                queue.incarnation,
-                subscription,
-                partition,
-                ids.micros_of(message_id),
-                tiebreak(message_id),
-            )
+            key, message_id, token = named
             parsed.append((receipt, key, message_id.bytes, token))
         if not parsed:
             return answer
