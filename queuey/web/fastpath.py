@@ -27,22 +27,36 @@ from pyramid.httpexceptions import HTTPForbidden, HTTPNotFound
 from pyramid.interfaces import IRouteRequest, IRoutesMapper, ISecurityPolicy
 from pyramid.threadlocal import manager
 
-from queuey.web import messages, workqueue
 from queuey.web.resources import QueueContext
-from queuey.web.security import Permission
 
 #: ``/queue/<name>`` plus an optional action; names outside this alphabet
 #: (percent-encoded ones among them) take the router's path.
 _PATH = re.compile(r"/queue/([A-Za-z0-9_.-]+)(/batch|/reserve|/ack)?\Z")
 
-#: (method, action) -> (view, permission, route name), as the views declare them.
-ROUTES: dict[tuple[str, str | None], tuple[Callable, Permission, str]] = {
-    ("POST", None): (messages.post_message, Permission.MANAGE, "queue"),
-    ("GET", None): (messages.read_messages, Permission.READ, "queue"),
-    ("POST", "/batch"): (messages.post_batch, Permission.MANAGE, "queue_batch"),
-    ("POST", "/reserve"): (workqueue.reserve, Permission.MANAGE, "queue_reserve"),
-    ("POST", "/ack"): (workqueue.ack, Permission.MANAGE, "queue_ack"),
+#: (method, action) -> the route whose view serves it. The view and its
+#: permission are read from what the views registered (``view_config``), so
+#: they cannot drift from the router's.
+ROUTES: dict[tuple[str, str | None], str] = {
+    ("POST", None): "queue",
+    ("GET", None): "queue",
+    ("POST", "/batch"): "queue_batch",
+    ("POST", "/reserve"): "queue_reserve",
+    ("POST", "/ack"): "queue_ack",
 }
+
+
+def registered_views(registry) -> dict[tuple[str, str], tuple[Callable, Any]]:
+    """(route name, method) -> (view callable, permission) of every view
+    registered for one route and one method."""
+    found = {}
+    for item in registry.introspector.get_category("views"):
+        view = item["introspectable"]
+        methods = view["request_methods"]
+        if view["route_name"] is None or not isinstance(methods, str):
+            continue
+        permissions = [r["value"] for r in item["related"] if r.category_name == "permissions"]
+        found[(view["route_name"], methods)] = (view["callable"], next(iter(permissions), None))
+    return found
 
 
 class FastPath:
@@ -55,14 +69,14 @@ class FastPath:
         self.policy = registry.queryUtility(ISecurityPolicy)
         self.record = registry.request_recorder
         mapper = registry.queryUtility(IRoutesMapper)
+        views = registered_views(registry)
         self.routes = {
-            key: (
-                view,
-                permission,
+            (method, action): (
+                *views[(name, method)],
                 mapper.get_route(name),
                 registry.queryUtility(IRouteRequest, name=name),
             )
-            for key, (view, permission, name) in ROUTES.items()
+            for (method, action), name in ROUTES.items()
         }
 
     def __getattr__(self, name: str) -> Any:
@@ -86,7 +100,8 @@ class FastPath:
             start = time.perf_counter()
             try:
                 request.context = context = QueueContext(request)
-                allowed = self.policy.permits(request, context, permission)
+                # As Pyramid's secured view: a view without a permission is public.
+                allowed = permission is None or self.policy.permits(request, context, permission)
                 if not allowed:
                     raise HTTPForbidden(
                         f"Unauthorized: {view.__name__} failed permission check", result=allowed
