@@ -172,3 +172,60 @@ def test_every_worker_exposes_the_figures_the_refresher_process_measured(make_ap
         return all(line in text.splitlines() for text in answers)
 
     wait_until(shown_by_every_answer, 30, "every worker to show the measured depth", 0.5)
+
+
+def _waiting_reserves(url: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("queuey_reserve_waiting"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_long_poll_on_one_worker_is_answered_by_a_post_through_any(make_api_node, test_apps):
+    """Long polls wait in one worker's memory; a post the other worker takes
+    must still reach them within the poll interval, not at their deadline."""
+    node = make_api_node("workers", server="granian", **{"queuey.reserve.poll_interval": "0.2"})
+    queue = f"longpoll{int(time.time() * 1000)}"
+    auth = headers(test_apps.app)
+    with QueueyClient(node.url, test_apps.app, KEY) as admin:
+        admin.create_queue(queue, partitions=2)
+    waits: list[float] = []
+    for round_ in range(8):
+        answer: dict = {}
+
+        def reserve() -> None:
+            started = time.monotonic()
+            res = requests.post(
+                f"{node.url}/queue/{queue}/reserve",
+                json={"limit": 1, "wait": 15},
+                headers={**auth, "Connection": "close"},
+                timeout=30,
+            )
+            answer["elapsed"] = time.monotonic() - started
+            answer["res"] = res
+
+        waiter = threading.Thread(target=reserve)
+        waiter.start()
+        wait_until(lambda: _waiting_reserves(node.url) >= 1, 10, "the reserve to wait", 0.05)
+        posted_at = time.monotonic()
+        res = requests.post(
+            f"{node.url}/queue/{queue}",
+            json={"round": round_},
+            headers={**auth, "Connection": "close"},
+            timeout=10,
+        )
+        assert res.status_code == 201, res.text
+        waiter.join(30)
+        assert answer["res"].status_code == 200, answer["res"].text
+        bodies = [m["body"] for m in answer["res"].json()["messages"]]
+        assert bodies == [{"round": round_}], bodies
+        waits.append(time.monotonic() - posted_at)
+        receipts = [m["receipt"] for m in answer["res"].json()["messages"]]
+        requests.post(
+            f"{node.url}/queue/{queue}/ack", json={"receipts": receipts}, headers=auth, timeout=10
+        ).raise_for_status()
+    print(f"\n[granian, 2 workers] post -> waiting reserve: worst {max(waits) * 1000:.0f} ms")
+    # Far below the 15 s wait: every waiter was answered by the post, whichever
+    # worker held it (a poll interval of 0.2 s, plus the request itself).
+    assert max(waits) < 3.0, waits
