@@ -6,6 +6,10 @@ compares. Both places a signature can travel are read: the ``Authorization``
 header and the query string (presigned URLs, ``X-Amz-Signature``). Every
 failure is an :class:`~queuey.sqs.errors.SQSError` with SQS's code; the work
 per request is bounded (header and query sizes are checked first).
+
+What the server rebuilds comes from what it received, never from what the
+client says about it: the payload hash is the hash of the body read, and a
+header that would change the request's meaning must be among the signed ones.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import hashlib
 import hmac
 import posixpath
 import re
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +37,21 @@ MAX_EXPIRES = 604800
 _SCOPE = re.compile(r"^([^/]{1,256})/([0-9]{8})/([a-z0-9-]{1,32})/([a-z0-9-]{1,32})/([a-z0-9_]+)$")
 _SPACES = re.compile(r"\s+")
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
+#: The query parameters of a presigned URL's signature.
+_QUERY_AUTH = frozenset(
+    (
+        "X-Amz-Algorithm",
+        "X-Amz-Credential",
+        "X-Amz-Date",
+        "X-Amz-Expires",
+        "X-Amz-SignedHeaders",
+        "X-Amz-Signature",
+    )
+)
+#: Any of these in the query string makes the request a presigned one.
+_PRESIGNED_BY = frozenset(("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature"))
+#: Signs for access keys nobody has, so an unknown key costs what a wrong secret does.
+_DUMMY_SECRET = secrets.token_urlsafe(30)
 
 _MISMATCH = (
     "The request signature we calculated does not match the signature you provided. "
@@ -100,7 +120,7 @@ def _query_pairs(query: str) -> list[tuple[str, str]]:
 
 
 def _encode(text: str) -> str:
-    return quote(text, safe="-_.~")
+    return quote(text, safe="-_.~", errors="surrogatepass")
 
 
 def canonical_uri(path: str) -> str:
@@ -110,11 +130,14 @@ def canonical_uri(path: str) -> str:
         normalized += "/"
     if normalized.startswith("//"):
         normalized = "/" + normalized.lstrip("/")
-    return quote(normalized, safe="/~")
+    return quote(normalized, safe="/~", errors="surrogatepass")
 
 
-def canonical_query(pairs: Sequence[tuple[str, str]]) -> str:
-    encoded = sorted((_encode(k), _encode(v)) for k, v in pairs if k != "X-Amz-Signature")
+def canonical_query(pairs: Sequence[tuple[str, str]], presigned: bool = True) -> str:
+    """Every parameter, sorted; a presigned URL's own ``X-Amz-Signature`` left out."""
+    encoded = sorted(
+        (_encode(k), _encode(v)) for k, v in pairs if not (presigned and k == "X-Amz-Signature")
+    )
     return "&".join(f"{k}={v}" for k, v in encoded)
 
 
@@ -148,6 +171,21 @@ def _parse_authorization(value: str) -> tuple[str, list[str], str]:
     return fields["Credential"], fields["SignedHeaders"].split(";"), fields["Signature"]
 
 
+def _parse_presigned(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in _QUERY_AUTH:
+            if name in params:
+                raise _incomplete(f"The query string names {name} more than once.")
+            params[name] = value
+    if params.get("X-Amz-Algorithm") != ALGORITHM:
+        raise _incomplete(f"X-Amz-Algorithm must be {ALGORITHM}.")
+    for needed in ("X-Amz-Credential", "X-Amz-SignedHeaders", "X-Amz-Signature"):
+        if not params.get(needed):
+            raise _incomplete(f"The query string requires the parameter {needed}.")
+    return params
+
+
 def _parse_date(text: str | None) -> datetime:
     if not text:
         raise _incomplete("Authorization requires an X-Amz-Date header or parameter.")
@@ -157,37 +195,88 @@ def _parse_date(text: str | None) -> datetime:
         raise SQSError("RequestExpired", f"Invalid request date {text[:40]!r}.") from None
 
 
+def _check_signed_headers(
+    headers: Mapping[str, str], signed: Sequence[str], date_header: str | None
+) -> None:
+    """Every header that changes what the request means is signed when present:
+    ``host`` always, ``Content-Type`` (form or JSON), every ``X-Amz-*`` header
+    (``X-Amz-Target`` picks the action, ``X-Amz-Content-Sha256`` the payload
+    hash) and ``Date`` when it dates the request. AWS asks the same of clients;
+    botocore signs every header it sends but ``User-Agent`` and a few hop-by-hop
+    ones, so real clients pass."""
+    if len(signed) > MAX_SIGNED_HEADERS:
+        raise _incomplete(f"At most {MAX_SIGNED_HEADERS} signed headers are accepted.")
+    if "" in signed:
+        raise _incomplete("SignedHeaders holds an empty header name.")
+    if "host" not in signed:
+        raise _incomplete("The host header must be signed.")
+    names = set(signed)
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered in names or not value.strip():
+            continue
+        if lowered == "content-type" or lowered.startswith("x-amz-") or lowered == date_header:
+            raise _incomplete(f"The {lowered} header is in the request but not signed.")
+
+
+def _payload_hashes(request: SignedRequest, presigned: bool) -> list[str]:
+    """What the client may have signed as the payload hash: always a hash of
+    the body received. ``X-Amz-Content-Sha256`` is accepted when it states that
+    hash, and ``UNSIGNED-PAYLOAD`` only with no body at all."""
+    actual = hashlib.sha256(request.body).hexdigest()
+    given = (_header(request.headers, "X-Amz-Content-Sha256") or "").strip()
+    if given:
+        if given == actual or (given == UNSIGNED and not request.body):
+            return [given]
+        raise SQSError(
+            "SignatureDoesNotMatch",
+            "The X-Amz-Content-Sha256 header does not match the body of the request.",
+        )
+    if presigned and not request.body:
+        return [actual, UNSIGNED]  # botocore signs the empty body's hash, most SDKs this
+    return [actual]
+
+
 def verify(
     request: SignedRequest,
     secrets_for: Callable[[str], Sequence[str]],
     now: float,
+    *,
+    region: str,
     max_skew: int = 900,
 ) -> Credential:
-    """Check the request's signature; the credential it was signed with, or SQSError."""
+    """Check the request's signature; the credential it was signed with, or SQSError.
+
+    Everything that gives the request its meaning is covered: method, path,
+    query string, body (hashed here, never taken from the client), and the
+    headers :func:`_check_signed_headers` names; the credential must be scoped
+    to ``region`` and SQS. An unknown access key and a wrong secret get the same
+    answer after the same work (an HMAC with a throwaway secret)."""
     if len(request.query) > MAX_QUERY:
         raise _incomplete("The query string is too long.")
     pairs = _query_pairs(request.query)
-    params = dict(pairs)
     authorization = _header(request.headers, "Authorization")
-    presigned = "X-Amz-Signature" in params or "X-Amz-Algorithm" in params
+    presigned = any(name in _PRESIGNED_BY for name, _ in pairs)
     if authorization is None and not presigned:
         raise SQSError("MissingAuthenticationToken", "Request is missing Authentication Token")
+    if authorization is not None and presigned:
+        raise _incomplete(
+            "Sign with the Authorization header or with X-Amz-* query parameters, not both."
+        )
     if authorization is not None:
         credential_text, signed, signature = _parse_authorization(authorization)
         amz_date = _header(request.headers, "X-Amz-Date")
+        date_header = "x-amz-date" if amz_date else "date"
         date = _parse_date(amz_date) if amz_date else _http_date(request.headers)
         amz_date = date.strftime(_AMZ_DATE)
         expires = None
     else:
-        if params.get("X-Amz-Algorithm") != ALGORITHM:
-            raise _incomplete(f"X-Amz-Algorithm must be {ALGORITHM}.")
-        for needed in ("X-Amz-Credential", "X-Amz-SignedHeaders", "X-Amz-Signature"):
-            if not params.get(needed):
-                raise _incomplete(f"The query string requires the parameter {needed}.")
+        params = _parse_presigned(pairs)
         credential_text = params["X-Amz-Credential"]
         signed = params["X-Amz-SignedHeaders"].split(";")
         signature = params["X-Amz-Signature"]
         amz_date = params.get("X-Amz-Date")
+        date_header = None
         date = _parse_date(amz_date)
         expires_text = params.get("X-Amz-Expires", "")
         if not (expires_text.isascii() and expires_text.isdigit() and len(expires_text) <= 7):
@@ -195,57 +284,59 @@ def verify(
         expires = int(expires_text)
         if not 1 <= expires <= MAX_EXPIRES:
             raise _incomplete(f"X-Amz-Expires must be 1 to {MAX_EXPIRES} seconds.")
-    if len(signed) > MAX_SIGNED_HEADERS:
-        raise _incomplete(f"At most {MAX_SIGNED_HEADERS} signed headers are accepted.")
+    signed = [name.strip().lower() for name in signed]
+    _check_signed_headers(request.headers, signed, date_header)
     scope = _SCOPE.match(credential_text)
     if scope is None:
         raise _incomplete(
             "Credential must have the form <key>/<date>/<region>/<service>/aws4_request."
         )
-    access_key, day, region, service, terminator = scope.groups()
+    access_key, day, scope_region, service, terminator = scope.groups()
     _check_time(date, now, max_skew, expires)
-    if service != SERVICE or terminator != "aws4_request" or day != amz_date[:8]:
-        raise SQSError("SignatureDoesNotMatch", _MISMATCH)
-    secrets = secrets_for(access_key)
-    if not secrets:
+    if service != SERVICE:
         raise SQSError(
-            "InvalidClientTokenId", "The security token included in the request is invalid."
+            "SignatureDoesNotMatch", f"Credential should be scoped to correct service: '{SERVICE}'."
         )
+    if scope_region != region:
+        raise SQSError(
+            "SignatureDoesNotMatch",
+            f"Credential should be scoped to a valid region, not '{scope_region}'.",
+        )
+    if terminator != "aws4_request" or day != amz_date[:8]:
+        raise SQSError("SignatureDoesNotMatch", _MISMATCH)
     canonical_headers = []
     for name in signed:
-        name = name.strip().lower()
         value = _header(request.headers, name)
-        if not name or value is None:
+        if value is None:
             raise _incomplete(f"The signed header {name!r} is not in the request.")
         canonical_headers.append(f"{name}:{_SPACES.sub(' ', value.strip())}\n")
-    if "host" not in {n.strip().lower() for n in signed}:
-        raise _incomplete("The host header must be signed.")
-    given = _header(request.headers, "X-Amz-Content-Sha256")
-    payloads = [given] if given else [hashlib.sha256(request.body).hexdigest()]
-    if expires is not None and not given:
-        payloads.append(UNSIGNED)  # what most SDKs sign in a presigned URL
+    head = "\n".join(
+        (
+            request.method.upper(),
+            canonical_uri(request.path),
+            canonical_query(pairs, presigned),
+            "".join(canonical_headers),
+            ";".join(signed),
+        )
+    )
+    payloads = _payload_hashes(request, presigned)
+    candidates = secrets_for(access_key)
+    known = bool(candidates)
+    if not known:
+        candidates = (_DUMMY_SECRET,)
+    given = signature.encode("utf-8", "surrogatepass")
     scope_text = f"{day}/{region}/{service}/aws4_request"
-    key = None
     matched = False
     for payload in payloads:
-        canonical = "\n".join(
-            (
-                request.method.upper(),
-                canonical_uri(request.path),
-                canonical_query(pairs),
-                "".join(canonical_headers),
-                ";".join(n.strip().lower() for n in signed),
-                payload,
-            )
-        )
+        canonical = f"{head}\n{payload}".encode("utf-8", "surrogatepass")
         string_to_sign = "\n".join(
-            (ALGORITHM, amz_date, scope_text, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+            (ALGORITHM, amz_date, scope_text, hashlib.sha256(canonical).hexdigest())
         ).encode("utf-8")
-        for secret in secrets:
+        for secret in candidates:
             key = signing_key(secret, day, region, service)
-            expected = hmac.new(key, string_to_sign, hashlib.sha256).hexdigest()
-            matched |= hmac.compare_digest(expected, signature)
-    if not matched:
+            expected = hmac.new(key, string_to_sign, hashlib.sha256).hexdigest().encode()
+            matched |= hmac.compare_digest(expected, given)
+    if not (matched and known):
         raise SQSError("SignatureDoesNotMatch", _MISMATCH)
     return Credential(access_key, day, region, service)
 
@@ -258,7 +349,7 @@ def _http_date(headers: Mapping[str, str]) -> datetime:
         raise _incomplete("Authorization requires an X-Amz-Date or Date header.")
     try:
         return parsedate_to_datetime(text).astimezone(UTC)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         raise SQSError("RequestExpired", f"Invalid request date {text[:40]!r}.") from None
 
 

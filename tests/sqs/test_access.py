@@ -38,11 +38,20 @@ def test_wrong_secret_never_reaches_storage(sqs):
 
 
 def test_unknown_access_key(sqs):
+    """Answered as a wrong secret is (code, status and text), so application
+    names cannot be found by trying them."""
     stranger = make_client(sqs.url, "no-such-application", sqs.protocol)
-    sqs.clients.append(stranger)
-    with pytest.raises(ClientError) as exc:
-        stranger.list_queues()
-    assert code(exc) == "InvalidClientTokenId"
+    wrong = make_client(sqs.url, sqs.application, sqs.protocol, secret="wrong")
+    sqs.clients += [stranger, wrong]
+    answers = []
+    for client in (stranger, wrong):
+        with pytest.raises(ClientError) as exc:
+            client.list_queues()
+        error = exc.value.response["Error"]
+        status = exc.value.response["ResponseMetadata"]["HTTPStatusCode"]
+        answers.append((error["Code"], error["Message"], status))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == "SignatureDoesNotMatch"
 
 
 def test_allowlist_applies(sqs):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
+from unittest import mock
+from urllib.parse import quote
 
 import pytest
+from botocore.auth import SigV4QueryAuth
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +21,8 @@ pytestmark = pytest.mark.unit
 WHEN = datetime.datetime(2026, 11, 24, 1, 2, 3, tzinfo=datetime.UTC)
 NOW = WHEN.timestamp()
 SECRETS = {"app": ["s3cret"], "rotating": ["old", "new"]}
+REGION = "eu-west-1"
+UNSIGNED = "UNSIGNED-PAYLOAD"
 
 
 def secrets_for(key: str):
@@ -44,7 +50,7 @@ def signed(
         headers=headers,
         method=method,
         service=service,
-        region="eu-west-1",
+        region=REGION,
         query=query,
         expires=expires,
     )
@@ -63,7 +69,7 @@ def signed(
 
 def code_of(request: sigv4.SignedRequest, now: float = NOW) -> str:
     with pytest.raises(SQSError) as exc:
-        sigv4.verify(request, secrets_for, now)
+        sigv4.verify(request, secrets_for, now, region=REGION)
     return exc.value.name
 
 
@@ -75,7 +81,7 @@ JSON_HEADERS = {
 
 def test_json_protocol_post():
     request = signed(body=b'{"QueueNamePrefix":"a"}', headers=JSON_HEADERS)
-    credential = sigv4.verify(request, secrets_for, NOW)
+    credential = sigv4.verify(request, secrets_for, NOW, region=REGION)
     assert credential == sigv4.Credential("app", "20261124", "eu-west-1", "sqs")
 
 
@@ -85,7 +91,7 @@ def test_form_post_to_a_queue_url():
         body="Action=SendMessage&MessageBody=hi%20there%21&Version=2012-11-05",
         headers={"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
     )
-    assert sigv4.verify(request, secrets_for, NOW).access_key == "app"
+    assert sigv4.verify(request, secrets_for, NOW, region=REGION).access_key == "app"
 
 
 @pytest.mark.parametrize(
@@ -98,7 +104,7 @@ def test_form_post_to_a_queue_url():
 )
 def test_get_with_query_parameters(query):
     request = signed(url=f"http://127.0.0.1:5000/?{query}", method="GET")
-    assert sigv4.verify(request, secrets_for, NOW).access_key == "app"
+    assert sigv4.verify(request, secrets_for, NOW, region=REGION).access_key == "app"
 
 
 def test_presigned_url():
@@ -108,7 +114,7 @@ def test_presigned_url():
         query=True,
     )
     assert "X-Amz-Signature" in request.query
-    assert sigv4.verify(request, secrets_for, NOW).access_key == "app"
+    assert sigv4.verify(request, secrets_for, NOW, region=REGION).access_key == "app"
     assert code_of(request, NOW + 301) == "RequestExpired"
     tampered = sigv4.SignedRequest(
         request.method,
@@ -120,16 +126,49 @@ def test_presigned_url():
     assert code_of(tampered) == "SignatureDoesNotMatch"
 
 
+def refusal(request: sigv4.SignedRequest, now: float = NOW) -> SQSError:
+    with pytest.raises(SQSError) as exc:
+        sigv4.verify(request, secrets_for, now, region=REGION)
+    return exc.value
+
+
 def test_wrong_secret_unknown_key_and_service():
     assert code_of(signed(headers=JSON_HEADERS, secret="nope")) == "SignatureDoesNotMatch"
-    assert code_of(signed(headers=JSON_HEADERS, key="stranger")) == "InvalidClientTokenId"
     assert code_of(signed(headers=JSON_HEADERS, service="sns")) == "SignatureDoesNotMatch"
+
+
+def test_unknown_key_answers_as_a_wrong_secret():
+    """Which applications exist cannot be learnt by trying names."""
+    wrong = refusal(signed(headers=JSON_HEADERS, secret="nope"))
+    unknown = refusal(signed(headers=JSON_HEADERS, key="stranger"))
+    assert (unknown.name, unknown.kind.status, unknown.message) == (
+        wrong.name,
+        wrong.kind.status,
+        wrong.message,
+    )
+
+
+def test_unknown_key_costs_an_hmac(monkeypatch):
+    """An unknown key is checked against a throwaway secret: the signing key is
+    derived for it as for a known one (timing is not measured, the work is)."""
+    derived = []
+    real = sigv4.signing_key
+
+    def counting(secret, *args):
+        derived.append(secret)
+        return real(secret, *args)
+
+    monkeypatch.setattr(sigv4, "signing_key", counting)
+    for key, secret in (("app", "nope"), ("stranger", "s3cret")):
+        derived.clear()
+        refusal(signed(headers=JSON_HEADERS, key=key, secret=secret))
+        assert len(derived) == 1, key
 
 
 def test_rotation_accepts_every_secret():
     for secret in ("old", "new"):
         request = signed(headers=JSON_HEADERS, key="rotating", secret=secret)
-        assert sigv4.verify(request, secrets_for, NOW).access_key == "rotating"
+        assert sigv4.verify(request, secrets_for, NOW, region=REGION).access_key == "rotating"
 
 
 def test_tampering_is_caught():
@@ -149,12 +188,107 @@ def test_tampering_is_caught():
         assert code_of(changed) == "SignatureDoesNotMatch"
 
 
+def _with(request: sigv4.SignedRequest, headers: dict | None = None, **changes):
+    merged = {**request.headers, **(headers or {})}
+    return sigv4.SignedRequest(
+        changes.get("method", request.method),
+        changes.get("path", request.path),
+        changes.get("query", request.query),
+        merged,
+        changes.get("body", request.body),
+    )
+
+
+def test_the_payload_hash_is_the_body_s_not_the_client_s():
+    """Defect 1: the hash of the old body in X-Amz-Content-Sha256 made any body pass."""
+    body = b'{"QueueName":"a"}'
+    request = signed(body=body, headers=JSON_HEADERS)
+    old_hash = hashlib.sha256(body).hexdigest()
+    replay = _with(request, {"X-Amz-Content-Sha256": old_hash}, body=b'{"QueueName":"b"}')
+    assert code_of(replay) == "IncompleteSignature"  # the header is not signed
+    # Signed, it must still state the hash of the body received.
+    stated = signed(body=body, headers={**JSON_HEADERS, "X-Amz-Content-Sha256": old_hash})
+    assert sigv4.verify(stated, secrets_for, NOW, region=REGION).access_key == "app"
+    assert code_of(_with(stated, body=b'{"QueueName":"b"}')) == "SignatureDoesNotMatch"
+    unsigned = signed(body=body, headers={**JSON_HEADERS, "X-Amz-Content-Sha256": UNSIGNED})
+    assert code_of(unsigned) == "SignatureDoesNotMatch"
+    empty = signed(body=b"", headers={**JSON_HEADERS, "X-Amz-Content-Sha256": UNSIGNED})
+    assert sigv4.verify(empty, secrets_for, NOW, region=REGION).access_key == "app"
+
+
+def test_a_presigned_url_does_not_sign_a_body_it_never_saw():
+    """UNSIGNED-PAYLOAD in a presigned URL covers an empty body only."""
+    request = signed(url="http://127.0.0.1:5000/?Action=ListQueues", method="POST", query=True)
+    with mock.patch.object(SigV4QueryAuth, "payload", lambda _self, _request: UNSIGNED):
+        unsigned = signed(url="http://127.0.0.1:5000/?Action=ListQueues", method="POST", query=True)
+    for url in (request, unsigned):
+        assert sigv4.verify(url, secrets_for, NOW, region=REGION).access_key == "app"
+        assert code_of(_with(url, body=b"Action=DeleteQueue")) == "SignatureDoesNotMatch"
+
+
+@pytest.mark.parametrize(
+    "header, value",
+    [
+        ("X-Amz-Target", "AmazonSQS.DeleteQueue"),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("X-Amz-Content-Sha256", UNSIGNED),
+        ("X-Amz-Security-Token", "token"),
+    ],
+)
+def test_headers_that_change_the_meaning_must_be_signed(header, value):
+    """Defect 2: a presigned URL signing only ``host`` took any X-Amz-Target."""
+    presigned = signed(url="http://127.0.0.1:5000/?Action=ListQueues", method="GET", query=True)
+    assert code_of(_with(presigned, {header: value})) == "IncompleteSignature"
+    bare = signed(body=b"Action=ListQueues")  # signs host and x-amz-date only
+    assert "SignedHeaders=host;x-amz-date," in bare.headers["Authorization"]
+    assert code_of(_with(bare, {header: value})) == "IncompleteSignature"
+
+
+def test_a_date_header_that_dates_the_request_must_be_signed():
+    request = signed(url="http://127.0.0.1:5000/?Action=ListQueues", method="GET", query=True)
+    assert code_of(_with(request, {"X-Amz-Date": "20261124T010203Z"})) == "IncompleteSignature"
+    header = signed(headers=JSON_HEADERS)
+    dated = {k: v for k, v in header.headers.items() if k != "X-Amz-Date"}
+    dated["Date"] = "Tue, 24 Nov 2026 01:02:03 GMT"
+    assert code_of(sigv4.SignedRequest("POST", "/", "", dated, header.body)) == (
+        "IncompleteSignature"
+    )
+
+
+@pytest.mark.parametrize("signature", ["\u00e9" * 64, "\u2603", "é", "\udcff" * 3, ""])
+def test_a_non_ascii_signature_is_a_mismatch(signature):
+    """Defect 3: compare_digest raised TypeError on non-ASCII text (a 500)."""
+    request = signed(headers=JSON_HEADERS)
+    header = request.headers["Authorization"].rsplit("Signature=", 1)[0] + "Signature=" + signature
+    expected = "IncompleteSignature" if not signature else "SignatureDoesNotMatch"
+    assert code_of(_with(request, {"Authorization": header})) == expected
+    url = signed(url="http://127.0.0.1:5000/?Action=ListQueues", method="GET", query=True)
+    query = url.query.rsplit("=", 1)[0] + "=" + quote(signature, errors="surrogatepass")
+    assert code_of(_with(url, query=query)) == expected
+
+
+def test_a_signature_for_another_region_is_refused():
+    """Defect 4: the region of the credential scope was not checked."""
+    request = signed(headers=JSON_HEADERS)
+    error = refusal_in(request, "us-east-1")
+    assert (error.name, error.kind.status) == ("SignatureDoesNotMatch", 403)
+    assert error.message.startswith(
+        "Credential should be scoped to a valid region, not 'eu-west-1'."
+    )
+
+
+def refusal_in(request: sigv4.SignedRequest, region: str) -> SQSError:
+    with pytest.raises(SQSError) as exc:
+        sigv4.verify(request, secrets_for, NOW, region=region)
+    return exc.value
+
+
 @pytest.mark.parametrize("minutes, ok", [(-14, True), (14, True), (-16, False), (16, False)])
 def test_clock_skew(minutes, ok):
     request = signed(headers=JSON_HEADERS)
     now = NOW + minutes * 60
     if ok:
-        sigv4.verify(request, secrets_for, now)
+        sigv4.verify(request, secrets_for, now, region=REGION)
     else:
         assert code_of(request, now) == "RequestExpired"
 
@@ -196,6 +330,6 @@ def test_garbage_never_raises_anything_else(authorization, query, date, path):
         ),
     ):
         try:
-            sigv4.verify(candidate, secrets_for, NOW)
+            sigv4.verify(candidate, secrets_for, NOW, region=REGION)
         except SQSError:
             pass
