@@ -20,6 +20,7 @@ from queuey.errors import StorageUnavailable
 from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
 from queuey.storage.cassandra import leases, load_from_config, upgrade_schema
 from queuey.storage.cassandra import schema as schema_module
+from queuey.storage.cassandra import writes as writes_module
 from queuey.storage.cassandra.schema import LATEST_VERSION, current_version
 from queuey.storage.cassandra.writes import MessageWriter
 from tests.storage.cassandra_support import KEYSPACE, MICROS, raw
@@ -337,6 +338,33 @@ def test_a_retried_post_after_the_read_delay_gets_a_fresh_id(store, queue, clock
     assert [m.id for m in read] == [retried.id]
 
 
+def claim_written(store, queue, dedup_id):
+    rows = raw(
+        store,
+        f"SELECT written FROM {KEYSPACE}.dedup WHERE incarnation = %s AND dedup_id = %s",
+        (queue.incarnation, dedup_id),
+    )
+    return rows[0][0]
+
+
+def test_a_lost_written_mark_is_repaired_by_the_next_repeat(store, queue, clock, monkeypatch):
+    """The first post stored its message but its mark failed: the post still
+    succeeds, and a repeat that finds the message marks the claim, so a later
+    repeat after the message is deleted brings nothing back."""
+    monkeypatch.setattr(writes_module, "mark_written", lambda *args: None)
+    first = store.put_messages(queue, [NewMessage('{"a": 3}', 1, 600, dedup_id="job-3")])[0]
+    assert claim_written(store, queue, "job-3") is False
+    monkeypatch.undo()
+    assert store.put_messages(queue, [NewMessage('{"a": 3}', 1, 600, dedup_id="job-3")]) == [first]
+    assert claim_written(store, queue, "job-3") is True
+    store.delete_messages(queue, [MessageRef(1, first.id)])
+    clock.advance(store.write_timeout_seconds + 1)
+    again = store.put_messages(queue, [NewMessage('{"a": 3}', 1, 600, dedup_id="job-3")])[0]
+    assert again.id == first.id
+    read = store.read_messages(queue, ReadQuery(partitions=[1], now_micros=clock.now_micros()))
+    assert read == []
+
+
 # -- schema upgrade --------------------------------------------------------------------------
 def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
     keyspace = "queuey_v1_" + uuid.uuid4().hex[:10]
@@ -367,7 +395,7 @@ def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
         )
         applied = upgrade_schema(old)
         assert any("ALTER TABLE" in s for s in applied)
-        assert current_version(store.session, keyspace) == LATEST_VERSION == 3
+        assert current_version(store.session, keyspace) == LATEST_VERSION == 4
         upgraded = load_from_config(old, clock)
         try:
             queue = upgraded.get_queue("app", "old")

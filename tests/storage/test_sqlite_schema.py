@@ -115,8 +115,8 @@ def test_schema_upgrade_takes_a_version_1_file_to_the_latest(
 
     assert main(["schema", "upgrade", "-c", ini]) == 0
     out = capsys.readouterr().out
-    assert "applied: version 2:" in out and "applied: version 3:" in out
-    assert "(2 step(s) applied)" in out
+    assert all(f"applied: version {v}:" in out for v in range(2, SCHEMA_VERSION + 1))
+    assert f"({SCHEMA_VERSION - 1} step(s) applied)" in out
     assert main(["schema", "show", "-c", ini]) == 0
     assert f"schema version {SCHEMA_VERSION} of {SCHEMA_VERSION}" in capsys.readouterr().out
 

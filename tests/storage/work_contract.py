@@ -25,6 +25,7 @@ from queuey.storage import (
     Storage,
     parse_receipt,
 )
+from queuey.workqueue import WorkQueues, dead_letter_dedup_id
 
 S = ids.MICROS
 #: Slack allowed between "now + delay" and a delayed message's timestamp: a
@@ -228,6 +229,53 @@ class WorkQueueContract:
         after = self.post(storage, fresh, 3, dedup_id="d")
         assert after.id != first.id
         assert [m.body for m in self.read_oldest_first(storage, fresh, clock)] == [body(3)]
+
+    def test_dedup_repeat_after_the_first_message_was_deleted_stores_nothing(
+        self, storage, wq, clock
+    ):
+        """A consumer took the message and it was deleted (acked and removed, as
+        DELETE /queue/{name}/{id}, SQS DeleteMessage or a move does): a repeat
+        post within the window answers its id and brings nothing back, both
+        while the first write is recent and after the backend's write timeout."""
+        first = self.post(storage, wq, 1, partition=2, dedup_id="job-9")
+        (delivery,) = self.reserve(storage, wq, clock).deliveries
+        assert self.ack(storage, wq, clock, [delivery.receipt]) == {delivery.receipt: "acked"}
+        storage.delete_messages(wq, [MessageRef(first.partition, first.id)])
+        later = storage.write_timeout_seconds + 1
+        assert later < storage.dedup_window
+        for wait in (0, later):
+            clock.advance(wait)
+            again = self.post(storage, wq, 2, partition=2, dedup_id="job-9")
+            assert (again.id, again.partition) == (first.id, first.partition)
+            assert self.read_oldest_first(storage, wq, clock) == []
+            assert self.reserve(storage, wq, clock, sub="other").deliveries == []
+            assert self.reserve(storage, wq, clock).deliveries == []
+
+    def test_dedup_repeat_of_a_dead_letter_after_its_redrive_stores_nothing(
+        self, storage, app, clock
+    ):
+        """A message dead-lettered, then redriven back to its queue (the dead
+        letter is deleted): a retried dead-letter post of the same message (its
+        claim's ack was lost) must not put a second copy in the dead-letter queue."""
+        work = WorkQueues(storage, clock, max_ttl=3600)
+        source = self.dead_queue(storage, app, max_attempts=1)
+        posted = self.post(storage, source, 1)
+        (delivery,) = work.reserve(source, "default", limit=1).deliveries
+        assert work.release(source, "default", [delivery.receipt], error="boom").dead_lettered == 1
+        dead = storage.get_queue(app, source.dead_letter_name)
+        (stored,) = self.read_oldest_first(storage, dead, clock)
+        assert work.redrive(dead, 10).moved == 1
+        assert self.read_oldest_first(storage, dead, clock) == []
+        clock.advance(storage.write_timeout_seconds + 1)
+        dedup_id = dead_letter_dedup_id(source, "default", posted)
+        retried = storage.put_messages(
+            dead, [NewMessage(stored.body, stored.partition, 3600, dedup_id=dedup_id)]
+        )
+        assert [m.id for m in retried] == [stored.id]
+        assert self.read_oldest_first(storage, dead, clock) == []
+        assert self.reserve(storage, dead, clock).deliveries == []
+        (back,) = self.reserve(storage, source, clock).deliveries
+        assert back.message.id == posted.id
 
     # -- reserve basics -----------------------------------------------------------
     def test_reserve_leases_up_to_limit_oldest_first(self, storage, wq, clock):

@@ -27,7 +27,8 @@ queues on Cassandra"):
   priority > 0, keyed and bucketed like ``messages`` plus the priority, and
   ``queue_priorities``: which priorities a queue partition has used.
 * ``dedup``: ``PRIMARY KEY ((incarnation, dedup_id))``, the first message of
-  each dedup id (:mod:`.dedup`).
+  each dedup id and whether its write completed (``written``, version 4)
+  (:mod:`.dedup`).
 * ``leases``: ``PRIMARY KEY ((incarnation, subscription, partition), slot)``,
   a subscription's state in one queue partition (:mod:`.leases`), and
   ``subscriptions``: the subscriptions used on an incarnation.

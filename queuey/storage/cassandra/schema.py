@@ -154,11 +154,17 @@ def _v3(cfg: CassandraSettings) -> list[str]:
     ]
 
 
+def _v4(cfg: CassandraSettings) -> list[str]:
+    """Dedup claims record that their message write completed (:mod:`.dedup`)."""
+    return [f"ALTER TABLE {cfg.keyspace}.dedup ADD IF NOT EXISTS (written boolean)"]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
     Migration(2, "work queues: settings, message fields, priorities, dedup ids, leases", _v2),
     Migration(3, "FIFO queues, queue attributes, first delivery times", _v3),
+    Migration(4, "dedup claims record that their message was written", _v4),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

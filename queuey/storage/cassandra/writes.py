@@ -6,8 +6,9 @@ stores the messages in one statement or batch. Everything must land within
 the backend's write timeout of the ids being minted, because readers hide only
 that much of the newest data (invariant 2: no reader skips a message).
 
-Nothing follows the message write on the caller's path, so a write Cassandra
-applied is never reported as failed. A write that times out (``WriteTimeout``,
+Nothing that can fail follows the message write on the caller's path (the
+dedup claims' ``written`` mark, :mod:`.dedup`, logs its failures), so a write
+Cassandra applied is never reported as failed. A write that times out (``WriteTimeout``,
 or no answer in time) is genuinely unknown: Cassandra may still apply it (a
 logged batch is replayed from the batchlog), so its ``StorageUnavailable``
 means "outcome unknown", not "not stored".
@@ -27,7 +28,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStateme
 from queuey import ids
 from queuey.clock import Clock
 from queuey.storage import Message, NewMessage, QueueMeta
-from queuey.storage.cassandra.dedup import claim_dedup_ids
+from queuey.storage.cassandra.dedup import claim_dedup_ids, mark_written
 from queuey.storage.cassandra.reads import delayed_id
 from queuey.storage.cassandra.session import consistency_profile, execute_all, remaining
 from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL, PREFIX, CassandraSettings
@@ -110,19 +111,23 @@ class MessageWriter:
 
         Messages with a ``dedup_id`` first claim it (:mod:`.dedup`); one whose
         id is claimed already is answered with the first message instead.
+        Once the messages landed, their claims are marked written (a failed
+        mark is logged: the post has succeeded).
         """
         # Readers hide the newest write_timeout_seconds (plus skew): every
         # message must be stored within that time of its id being minted.
         deadline = time.monotonic() + write_timeout
         now = self.clock.now_micros()
         minted = [self.mint(m, now) for m in messages]
-        answers, writes = minted, minted
+        answers, writes, claims = minted, minted, []
         if any(m.dedup_id for m in messages):
-            answers, writes = claim_dedup_ids(
+            answers, writes, claims = claim_dedup_ids(
                 c, queue, messages, minted, now, self.dedup_window, write_timeout, self.mint
             )
         if writes:
             self.write(c, queue, writes, now, deadline)
+        if claims:
+            mark_written(c, queue, claims, self.dedup_window, self.config.request_timeout)
         return answers
 
     def write(

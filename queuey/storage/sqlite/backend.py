@@ -8,6 +8,7 @@ background (:mod:`.sweeper`), never on a request.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
+from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
 from queuey.storage import (
     UPDATABLE_QUEUE_FIELDS,
     DeadLetter,
@@ -30,8 +31,10 @@ from queuey.storage import (
     ReceiptStatus,
     Reserved,
     Storage,
+    merge_attributes,
     merge_partitions,
 )
+from queuey.storage.sqlite.batches import BatchDeleter, retire
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
 from queuey.storage.sqlite.schema import (
@@ -46,7 +49,9 @@ from queuey.storage.sqlite.schema import (
 )
 from queuey.storage.sqlite.stats import queue_stats
 from queuey.storage.sqlite.sweeper import Sweeper
-from queuey.storage.sqlite.workqueue import WorkQueues, forget_incarnation
+from queuey.storage.sqlite.workqueue import WorkQueues
+
+log = logging.getLogger(__name__)
 
 #: Largest TTL whose expiry (microseconds since the epoch) still fits SQLite's
 #: 64-bit INTEGER for every timestamp an id can carry.
@@ -87,6 +92,13 @@ class SQLiteStorage(Storage):
     process) and reads again, so no reader passes a message committed later.
     Fences happen only while a due delayed message is above ``last_ts``, that
     is until the next post or fence.
+
+    Purge and delete never hold the write lock for a whole queue: one short
+    transaction switches the queue to a new incarnation (or removes it) and
+    records the old incarnation in ``retired``, so its rows are unreachable
+    at once; the request then removes them in batches, one transaction each,
+    letting waiting writers in between (:mod:`.batches`). If that is cut
+    short (a crash, the store closing, a busy lock), the next sweep finishes it.
     """
 
     write_timeout_seconds = 0.0
@@ -113,6 +125,7 @@ class SQLiteStorage(Storage):
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
         )
+        self._batches = BatchDeleter(self._db, lambda: self._sweeper.stopping)
         with self._db.write() as conn:
             migrate(conn)
 
@@ -159,7 +172,16 @@ class SQLiteStorage(Storage):
 
         return self._db.run(query)
 
-    def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
+    def update_queue(
+        self,
+        application: str,
+        name: str,
+        *,
+        attributes_set: Mapping[str, str] | None = None,
+        attributes_removed: Sequence[str] = (),
+        attributes_if: Mapping[str, str | None] | None = None,
+        **changes: Any,
+    ) -> QueueMeta:
         unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
         if unknown:
             raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
@@ -167,7 +189,15 @@ class SQLiteStorage(Storage):
             meta = self._get_queue(conn, application, name)
             if changes.get("partitions") is not None and changes["partitions"] < meta.partitions:
                 raise InvalidUpdate("partitions may only grow")
-            meta = replace(meta, **{k: v for k, v in changes.items() if v is not None})
+            attributes = merge_attributes(
+                meta.attributes,
+                changes.get("attributes"),
+                attributes_set,
+                attributes_removed,
+                attributes_if,
+            )
+            given = {k: v for k, v in changes.items() if v is not None}
+            meta = replace(meta, **{**given, "attributes": attributes})
             conn.execute(
                 "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
                 "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "
@@ -183,18 +213,21 @@ class SQLiteStorage(Storage):
         return meta
 
     def delete_queue(self, application: str, name: str) -> None:
+        """Remove the queue at once; its rows go afterwards, in batches (see the class)."""
         with self._db.write() as conn:
             meta = self._get_queue(conn, application, name)
             conn.execute(
                 "DELETE FROM queues WHERE application = ? AND name = ?", (application, name)
             )
-            conn.execute("DELETE FROM messages WHERE incarnation = ?", (meta.incarnation,))
-            forget_incarnation(conn, meta.incarnation)
             conn.execute(
                 "DELETE FROM checkpoints WHERE application = ? AND queue = ?", (application, name)
             )
+            retire(conn, meta.incarnation, self.clock.now_micros())
+        self._reclaim_after_change(meta.incarnation)
 
     def purge_queue(self, application: str, name: str) -> QueueMeta:
+        """Switch the queue to a new incarnation at once; the old one's rows go
+        afterwards, in batches (see the class)."""
         with self._db.write() as conn:
             meta = self._get_queue(conn, application, name)
             fresh = replace(meta, incarnation=uuid.uuid4().hex)
@@ -202,9 +235,25 @@ class SQLiteStorage(Storage):
                 "UPDATE queues SET incarnation = ? WHERE application = ? AND name = ?",
                 (fresh.incarnation, application, name),
             )
-            conn.execute("DELETE FROM messages WHERE incarnation = ?", (meta.incarnation,))
-            forget_incarnation(conn, meta.incarnation)
+            retire(conn, meta.incarnation, self.clock.now_micros())
+        self._reclaim_after_change(meta.incarnation)
         return fresh
+
+    def _reclaim_after_change(self, incarnation: str) -> None:
+        """Tell every process's metadata cache, then remove the old incarnation's rows.
+
+        The cache hears first: a process still holding the old incarnation
+        would otherwise read a half-removed queue, or post into it, for as
+        long as the removal takes. A removal cut short is left to the sweep
+        (the purge or delete itself has happened).
+        """
+        counter = self.metadata_changes()
+        if counter is not None:
+            counter.bump()
+        try:
+            self._batches.reclaim(incarnation)
+        except StorageUnavailable as exc:
+            log.warning("sqlite: rows of incarnation %s left to the sweep: %s", incarnation, exc)
 
     # -- messages -----------------------------------------------------------------
     def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
@@ -319,23 +368,19 @@ class SQLiteStorage(Storage):
         """Delete every message expired by now (``clock``); returns how many went.
 
         The leases of expired messages and dedup ids past their window go too
-        (not counted). Works in batches of :data:`SWEEP_BATCH`, one transaction
-        each, and ends early once the storage is closing.
+        (not counted), and so do the rows of purged or deleted queues that
+        their purge or delete left behind. Works in batches of
+        :data:`SWEEP_BATCH`, one transaction each, and ends early once the
+        storage is closing.
         """
+        for incarnation in self._batches.retired():
+            if not self._sweeper.stopping:
+                self._batches.reclaim(incarnation)
         now = self.clock.now_micros()
-        removed = self._sweep(SWEEP_MESSAGES, now)
-        self._sweep(SWEEP_LEASES, now)
-        self._sweep(SWEEP_DEDUP, now)
+        removed = self._batches.run(SWEEP_MESSAGES, (now,), SWEEP_BATCH)
+        self._batches.run(SWEEP_LEASES, (now,), SWEEP_BATCH)
+        self._batches.run(SWEEP_DEDUP, (now,), SWEEP_BATCH)
         return removed
-
-    def _sweep(self, statement: str, now: int) -> int:
-        removed = 0
-        while True:
-            with self._db.write() as conn:
-                count = conn.execute(statement, (now, SWEEP_BATCH)).rowcount
-            removed += count
-            if count < SWEEP_BATCH or self._sweeper.stopping:
-                return removed
 
     # -- work queues --------------------------------------------------------------
     def reserve(

@@ -9,10 +9,18 @@ the file locked sleep and retry (its busy handler backs off up to 100 ms), so
 writers of different processes would take turns by sleeping; instead every
 write transaction first takes :class:`WriteLock`, which the kernel hands to
 the next waiting process the moment it is released.
+
+``busy_timeout`` (``queuey.sqlite.busy_timeout``) is the longest a write waits
+for that lock, whoever holds it (a thread of this process, another process,
+a stuck tool): past it the write fails with :class:`WriteLockTimeout`, a
+``StorageUnavailable`` the API answers with 503 and ``Retry-After``. Long jobs
+(purge, delete, the expiry sweep) work in short batches and let waiting
+writers in between them, so they never make a post wait for the whole job.
 """
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import mmap
@@ -37,42 +45,204 @@ def unavailable(exc: sqlite3.Error) -> StorageUnavailable:
     return StorageUnavailable(f"sqlite: {exc}", retry_after=1)
 
 
-class WriteLock:
-    """One writer at a time: this process's threads, then every process's.
+class WriteLockTimeout(StorageUnavailable):
+    """The write lock stayed busy past the write's deadline (``busy_timeout``)."""
 
-    A thread lock orders this process's threads; an exclusive ``flock`` on
-    ``<file>-writer.lock`` orders processes (waiting for it releases the GIL).
-    A context manager.
+
+class FairLock:
+    """This process's turn to write: handed to waiting threads in arrival order.
+
+    A plain ``threading.Lock`` lets the thread that releases it take it straight
+    back (a purge between two batches, a busy group commit) while a woken waiter
+    is still being scheduled; here a release hands the lock to the longest
+    waiter, and ``acquire`` gives up after ``timeout`` seconds.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: collections.deque[threading.Lock] = collections.deque()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """True once held; False after ``timeout`` seconds (``None``: no limit)."""
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        if timeout is None:
+            handed = turn.acquire()
+        elif timeout > 0:
+            handed = turn.acquire(timeout=timeout)
+        else:
+            handed = False
+        if handed:
+            return True
+        with self._mutex:
+            try:
+                self._waiters.remove(turn)
+            except ValueError:  # handed over while giving up: ours after all
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().release()  # still held: by the next waiter now
+            else:
+                self._held = False
+
+
+class FileLock:
+    """An exclusive ``flock`` on a file, waited for at most a deadline.
+
+    ``flock`` itself cannot time out, so a helper thread makes the blocking
+    call: the kernel wakes it the moment the holder lets go (no polling, no CPU
+    while waiting), and the caller waits for the helper at most its deadline.
+    A caller that gives up leaves the helper waiting for the next caller; if the
+    lock comes when nobody wants it any more, the helper lets go at once. Only
+    the holder of the process's :class:`FairLock` calls :meth:`acquire`, so one
+    thread at a time waits here.
     """
 
     def __init__(self, path: str) -> None:
-        self._thread = threading.Lock()
-        self._fd: int | None = None
-        if path != ":memory:":
-            self._fd = os.open(f"{path}-writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._cond = threading.Condition()
+        self._asking = False  # the helper is (about to be) blocked in flock
+        self._wanted = False  # a caller waits for the helper's lock
+        self._granted = False  # the helper took the lock for the waiting caller
+        self._closed = False
+        self._helper: threading.Thread | None = None
 
-    def __enter__(self) -> WriteLock:
-        self._thread.acquire()
-        if self._fd is not None:
+    def acquire(self, timeout: float) -> bool:
+        with self._cond:
+            if self._closed:
+                raise StorageUnavailable("sqlite: the store is closed", retry_after=1)
+            if not self._asking:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass
+                self._asking = True
+                if self._helper is None:
+                    self._helper = threading.Thread(
+                        target=self._wait_for_lock, name="queuey-sqlite-writer-lock", daemon=True
+                    )
+                    self._helper.start()
+                self._cond.notify_all()
+            self._wanted = True
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                if self._cond.wait_for(lambda: self._granted, max(timeout, 0)):
+                    self._granted = False
+                    return True
+                return False
+            finally:
+                self._wanted = False
+
+    def release(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _wait_for_lock(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._asking or self._closed)
+                if self._closed:
+                    return
+                fd = self._fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                log.error("sqlite: waiting for the writer lock failed: %s", exc)
+                with self._cond:
+                    self._asking = False
+                continue
+            with self._cond:
+                self._asking = False
+                if self._closed:  # close() left the descriptor to us
+                    os.close(fd)
+                    return
+                if self._wanted:
+                    self._granted = True
+                    self._cond.notify_all()
+                else:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            if not self._asking:
+                os.close(self._fd)
+
+
+class WriteLock:
+    """One writer at a time: this process's threads, then every process's.
+
+    A :class:`FairLock` orders this process's threads; an exclusive ``flock``
+    on ``<file>-writer.lock`` (:class:`FileLock`) orders processes. A writer
+    waits at most ``timeout`` seconds for both together (``busy_timeout``),
+    then gets :class:`WriteLockTimeout`, a ``StorageUnavailable``: the caller
+    answers 503 with ``Retry-After`` instead of hanging behind a stuck or slow
+    writer. A context manager (waiting up to ``timeout``).
+    """
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.timeout = timeout
+        self._thread = FairLock()
+        self._file: FileLock | None = None
+        if path != ":memory:":
+            self._file = FileLock(f"{path}-writer.lock")
+
+    def acquire(self, timeout: float) -> None:
+        """Take the lock within ``timeout`` seconds or raise :class:`WriteLockTimeout`."""
+        deadline = time.monotonic() + timeout
+        if not self._thread.acquire(timeout):
+            raise self._timed_out(timeout)
+        if self._file is not None:
+            try:
+                got = self._file.acquire(deadline - time.monotonic())
             except BaseException:
                 self._thread.release()
                 raise
-        return self
+            if not got:
+                self._thread.release()
+                raise self._timed_out(timeout)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def release(self) -> None:
         try:
-            if self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._file is not None:
+                self._file.release()
         finally:
             self._thread.release()
 
+    @staticmethod
+    def _timed_out(timeout: float) -> WriteLockTimeout:
+        return WriteLockTimeout(
+            f"sqlite: another write held the file for longer than busy_timeout ({timeout:g}s)",
+            retry_after=1,
+        )
+
+    def __enter__(self) -> WriteLock:
+        self.acquire(self.timeout)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def close(self) -> None:
-        with self._thread:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+        """Wait for the current writer, then let go of the lock file."""
+        self._thread.acquire()
+        try:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+        finally:
+            self._thread.release()
 
 
 class SharedCounter:
@@ -119,7 +289,7 @@ class Database:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         #: Held for every write transaction on :attr:`writer`.
-        self.write_lock = WriteLock(self.path)
+        self.write_lock = WriteLock(self.path, busy_timeout)
         self._all_connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         try:

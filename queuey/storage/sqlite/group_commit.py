@@ -27,7 +27,7 @@ from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
 from queuey.storage import Message, NewMessage, QueueMeta
-from queuey.storage.sqlite.database import Database, unavailable
+from queuey.storage.sqlite.database import Database, WriteLockTimeout, unavailable
 from queuey.storage.sqlite.minting import DedupIds, Minter
 from queuey.storage.sqlite.schema import dump_attributes, tiebreak
 
@@ -48,6 +48,8 @@ class WriteJob:
         self.stored: list[Message] = []
         self.error: StorageUnavailable | None = None
         self.done = False
+        #: Set once a commit resolved the job (ids or error).
+        self.finished = threading.Event()
 
     def fail(self, error: StorageUnavailable) -> None:
         self.error = error
@@ -93,15 +95,27 @@ class GroupCommit:
         after the commit holding its messages is durable. Every caller gets
         its ids or an exception: if the group's commit fails, for whatever
         reason, every caller of the group gets that failure.
+
+        A caller waits for the write lock at most ``busy_timeout``; if the lock
+        stays busy that long it gets ``StorageUnavailable`` and its job is
+        withdrawn, so nothing is stored for a caller answered with an error
+        (unless a commit had already taken the job: then its outcome is awaited).
         """
         job = WriteJob(queue, messages)
         with self._pending_lock:
             self._pending.append(job)
-        with self.db.write_lock:
-            if not job.done:
-                with self._pending_lock:
-                    jobs, self._pending = self._pending, []
-                self._commit_jobs(jobs)
+        try:
+            with self.db.write_lock:
+                if not job.done:
+                    with self._pending_lock:
+                        jobs, self._pending = self._pending, []
+                    self._commit_jobs(jobs)
+        except WriteLockTimeout:
+            with self._pending_lock:
+                if job in self._pending:
+                    self._pending.remove(job)
+                    raise
+            job.finished.wait(self.db.busy_timeout)
         return job.outcome()
 
     def _commit_jobs(self, jobs: list[WriteJob]) -> None:
@@ -136,6 +150,7 @@ class GroupCommit:
         finally:
             for job in jobs:
                 job.done = True
+                job.finished.set()
 
     def _write_job(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """One caller's messages under its own savepoint; a failure fails that caller only."""

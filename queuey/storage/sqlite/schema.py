@@ -14,7 +14,9 @@ message's expiry is copied in so the sweep can drop the row with it) and
 ``dedup`` (dedup ids within their window). Only messages with a priority
 above 0 are indexed by priority, so a default post costs no extra index entry
 (reservations find priority-0 messages by the primary key, see
-:mod:`.workqueue`).
+:mod:`.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
+the ``retired`` table (incarnations a purge or delete left behind, whose rows
+are still being removed in batches).
 
 The schema is created or migrated when a storage opens the file (inside a
 write transaction, so processes opening an old file at once migrate it once),
@@ -30,7 +32,7 @@ import uuid
 from queuey import ids
 from queuey.storage import Message, QueueMeta
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 BASE = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -143,6 +145,15 @@ ALTER TABLE queues ADD COLUMN attributes TEXT;
 ALTER TABLE leases ADD COLUMN first_at INTEGER NOT NULL DEFAULT 0
 """
 
+#: Version 3 to 4: incarnations left behind by a purge or delete whose rows are
+#: still being removed (in batches; see ``SQLiteStorage.purge_queue``).
+V4 = """
+CREATE TABLE IF NOT EXISTS retired (
+    incarnation TEXT PRIMARY KEY,
+    since INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
 #: The message columns :func:`row_to_message` reads, in its order.
 COLUMNS = "id, ts, partition, body, expires, priority, attributes"
 #: The queue columns :func:`row_to_queue` reads, in its order.
@@ -195,6 +206,10 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         for statement in _statements(V3):
             conn.execute(statement)
         applied.append("version 3: FIFO queues, queue attributes, first delivery times")
+    if version < 4:
+        for statement in _statements(V4):
+            conn.execute(statement)
+        applied.append("version 4: incarnations of purged and deleted queues being removed")
     if applied:
         conn.execute(
             "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",

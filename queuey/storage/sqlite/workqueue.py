@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import heapq
 import secrets
-import sqlite3
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -510,10 +509,3 @@ class WorkQueues:
                     (now, *key, ref.id.bytes, key[0], *key[2:], now),
                 ).rowcount
         return reopened
-
-
-def forget_incarnation(conn: sqlite3.Connection, incarnation: str) -> None:
-    """Drop an incarnation's subscriptions, positions, leases and dedup ids
-    (inside the caller's write transaction: purge and delete)."""
-    for table in ("subscriptions", "positions", "leases", "dedup"):
-        conn.execute(f"DELETE FROM {table} WHERE incarnation = ?", (incarnation,))
