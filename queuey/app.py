@@ -27,12 +27,30 @@ log = logging.getLogger(__name__)
 
 
 class QueueyRequest(Request):
-    """Bodies stay in memory: views check their size against the configured
-    limits before reading them, and waitress caps what it buffers
-    (``max_request_body_size``), so WebOb's spill to a temporary file for
-    bodies over 10 KiB would only cost a file (and leak its handle)."""
+    """Bodies stay in memory, each at most its route's limit: that limit is
+    checked before anything reads a body (:mod:`queuey.web.bodies`), so
+    WebOb's spill to a temporary file would only cost a file (and leak its
+    handle)."""
 
-    request_body_tempfile_limit = 2**30
+    def copy_body(self) -> None:
+        """WebOb's copy of the body (for ``request.body``, a form, the CSRF
+        token) in one read of at most the route's limit, where WebOb's loop
+        grows a bytes object 64 KiB at a time and spills to a temporary file."""
+        from queuey.web.bodies import limit_of, read_at_most, too_large
+
+        if not self.is_body_readable:
+            self.body = b""
+            return
+        if self.is_body_seekable:
+            self.body_file_raw.seek(0)
+        limit = limit_of(self)
+        length = self.content_length
+        if length is not None and length > limit:
+            raise too_large(limit)
+        raw = read_at_most(self.body_file_raw, limit + 1 if length is None else length)
+        if len(raw) > limit:
+            raise too_large(limit)
+        self.body = raw
 
     # The registry's services as plain class attributes: Pyramid applies
     # ``add_request_method`` extensions to every request it makes, a cost each
@@ -56,9 +74,10 @@ class QueueyRequest(Request):
     @reify
     def admin_form(self) -> dict[str, str]:
         """A POSTed admin form's fields, decoded once and strictly (bad UTF-8 is a 400)."""
+        from queuey.web.bodies import limit_of
         from queuey.web.params import form
 
-        return form(self, self.registry.queuey_settings.max_batch_size)
+        return form(self, limit_of(self))
 
 
 def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
@@ -122,9 +141,12 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
         registry.overview.shared["groups"] = (registry.groups.snapshot, registry.groups.adopt)
 
     config.set_request_factory(QueueyRequest)
+    # Each route's largest body; first, so that every door can declare its own.
+    config.include("queuey.web.bodies")
     config.include("queuey.web.security")
     config.include("queuey.web")
     config.include("queuey.sqs.views")
+    config.include("queuey.sqs.limits")
     if parsed.admin_enabled:
         config.include("queuey.admin")
     config.scan("queuey.web")

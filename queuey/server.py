@@ -20,7 +20,9 @@ Each worker is its own process that builds the app from the same ini
 (:mod:`queuey.wsgi`), so every invariant that holds across API nodes holds
 across workers; SQLite's file lock, ids minted inside the write transaction
 and a shared metadata counter make one host's workers behave as one process
-(``docs/storage.rst``).
+(``docs/storage.rst``). When the ini sets no ``queuey.admin.secret``, the
+runner draws one random secret per start for all its processes, so an
+operator's admin session holds whichever worker answers.
 
 ``threads`` is per worker: WSGI cannot park a request without its thread, so
 each long-polling reserve holds one, and ``queuey.reserve.max_waiting`` (per
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -49,6 +52,15 @@ ROLE_ENV = "QUEUEY_ROLE"
 #: A directory of the server's own, made when it starts and removed when it
 #: stops: the workers' metrics files and the figures' snapshot live there.
 SHARED_DIR_ENV = "QUEUEY_SHARED_DIR"
+#: The file in that directory (mode 0600) holding the secret that signs admin
+#: sessions when ``queuey.admin.secret`` is unset: drawn once per server
+#: start, so every worker (and one granian starts again) signs alike. Not an
+#: environment variable: granian copies the environment into every request's
+#: WSGI environ.
+SESSION_SECRET_FILE = "session-secret"
+#: Set by :mod:`queuey.wsgi`: a server that imports the app may run it in
+#: several worker processes, which nothing here can share a secret with.
+IMPORTED_ENV = "QUEUEY_WSGI_IMPORTED"
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -98,6 +110,7 @@ def granian(
     os.environ[SHARED_DIR_ENV] = shared_dir
     os.environ[MULTIPROCESS_DIR] = os.path.join(shared_dir, "metrics")
     os.mkdir(os.environ[MULTIPROCESS_DIR])
+    draw_session_secret(shared_dir)
     # Measuring queues is long Python work: in a process of its own it never
     # holds a worker's interpreter lock while that worker's requests wait.
     refresher = Refresher(os.environ["QUEUEY_INI"])
@@ -109,6 +122,34 @@ def granian(
     finally:
         refresher.stop()
         shutil.rmtree(shared_dir, ignore_errors=True)
+
+
+def draw_session_secret(shared_dir: str) -> None:
+    """Write a fresh random session secret to the server's directory, readable
+    by this user only (it is never logged)."""
+    path = os.path.join(shared_dir, SESSION_SECRET_FILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(secrets.token_urlsafe(32))
+
+
+def shared_session_secret() -> str | None:
+    """The secret this server drew for its processes, if this process is one of them."""
+    shared_dir = os.environ.get(SHARED_DIR_ENV)
+    if not shared_dir:
+        return None
+    try:
+        with open(os.path.join(shared_dir, SESSION_SECRET_FILE), encoding="ascii") as source:
+            return source.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def maybe_one_of_several() -> bool:
+    """Whether this process may be one of several serving the same clients:
+    a process of our runner, or of a server that imported the app itself
+    (:mod:`queuey.wsgi`)."""
+    return bool(os.environ.get(IMPORTED_ENV) or os.environ.get(SHARED_DIR_ENV))
 
 
 def refresher_main(ini: str) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from pyramid.csrf import SessionCSRFStoragePolicy
 
 from queuey.admin.session import SignIns, session_factory, session_secret
+from queuey.server import maybe_one_of_several, shared_session_secret
+from queuey.web.bodies import add_body_limit
 
 #: name, pattern, context factory. Every admin route starts with ``admin.``.
 ROUTES = [
@@ -46,7 +48,9 @@ ROUTES = [
 def includeme(config) -> None:
     registry = config.registry
     settings = registry.queuey_settings
-    secret = session_secret(settings.admin_secret)
+    secret = session_secret(
+        settings.admin_secret, shared=shared_session_secret(), alone=not maybe_one_of_several()
+    )
     config.set_session_factory(
         session_factory(
             secret, secure=settings.admin_secure_cookie, seconds=settings.admin_session_seconds
@@ -54,7 +58,10 @@ def includeme(config) -> None:
     )
     config.set_csrf_storage_policy(SessionCSRFStoragePolicy())
     registry.session_sign_ins = SignIns(secret)
-    # request.admin_form: a POSTed form's fields (queuey.app.QueueyRequest).
+    # request.admin_form: a POSTed form's fields (queuey.app.QueueyRequest),
+    # at most queuey.max_form_size, but the message form's, which carries a
+    # message (percent-encoding takes up to 3 bytes a byte).
+    add_body_limit(config, "admin.post", 3 * settings.max_message_size + settings.max_form_size)
 
     config.include("pyramid_jinja2")
     config.add_static_view("admin/static", "queuey.admin:static", cache_max_age=3600)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pyramid.session import SignedCookieSessionFactory
 
 from queuey.applications import Application, digest
-from queuey.web.security import client_address
+from queuey.errors import ConfigurationError
+from queuey.web.security import client_address, key_of_unknown_application
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,29 @@ APPLICATION = "application"
 KEY = "key"
 
 
-def session_secret(configured: str) -> str:
-    """``queuey.admin.secret``, or a random one for this process (with a warning)."""
+def session_secret(configured: str, *, shared: str | None = None, alone: bool = True) -> str:
+    """The secret signing admin sessions.
+
+    ``queuey.admin.secret`` when set; else ``shared``, the one the production
+    server drew for all its processes (:mod:`queuey.server`); else, in a
+    process known to serve alone (``pserve`` with waitress, tests), a random
+    one of its own, with a warning. A process that may be one of several
+    workers with nothing shared (``queuey.wsgi`` under granian or gunicorn)
+    refuses to start: each would sign with its own secret, and an operator's
+    session would hold on one worker in two.
+    """
     if configured:
         return configured
+    if shared:
+        log.info("admin sessions are signed with the secret this server drew at its start")
+        return shared
+    if not alone:
+        raise ConfigurationError(
+            "queuey.admin.secret",
+            "not set, and this process may be one of several workers, which cannot share "
+            "a random secret: set it (or QUEUEY_ADMIN_SECRET), serve with pserve and "
+            "`use = egg:queuey#granian`, or turn the admin pages off (queuey.admin.enabled)",
+        )
     log.warning(
         "queuey.admin.secret is not set: admin sessions are signed with a random secret, "
         "so they end when this process restarts and do not span nodes"
@@ -92,6 +112,7 @@ class SignIns:
         """
         application = request.registry.applications.get(name) if name else None
         if application is None:
+            key_of_unknown_application(key)  # costs what a key check costs
             return Refusal(401, "Unknown application or wrong key.")
         if not application.key_matches(key):
             return Refusal(401, "Unknown application or wrong key.")

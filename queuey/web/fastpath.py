@@ -12,6 +12,8 @@ the name in plain ASCII) runs the same view function, with the same request
 class, route context, security policy, exception views and request
 metrics/log line as through the router, in that order; anything else (other
 paths and methods, percent-encoded names, HEAD) goes to the router untouched.
+Every request, on either path, first has its body's size checked against its
+route's limit (:mod:`queuey.web.bodies`).
 ``tests/web/test_fastpath.py`` checks both ways answer alike.
 """
 
@@ -27,6 +29,7 @@ from pyramid.httpexceptions import HTTPForbidden, HTTPNotFound
 from pyramid.interfaces import IRouteRequest, IRoutesMapper, ISecurityPolicy
 from pyramid.threadlocal import manager
 
+from queuey.web.bodies import BodyLimits
 from queuey.web.resources import QueueContext
 
 #: ``/queue/<name>`` plus an optional action; names outside this alphabet
@@ -68,6 +71,7 @@ class FastPath:
         self.request_factory = request_factory
         self.policy = registry.queryUtility(ISecurityPolicy)
         self.record = registry.request_recorder
+        self.bounded = BodyLimits(registry, request_factory)
         mapper = registry.queryUtility(IRoutesMapper)
         views = registered_views(registry)
         self.routes = {
@@ -83,6 +87,11 @@ class FastPath:
         return getattr(self.router, name)  # registry, introspector... as on the router
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
+        # Before anything else, on either path: the body's size (queuey.web.bodies).
+        if "CONTENT_LENGTH" in environ or "HTTP_TRANSFER_ENCODING" in environ:
+            refusal = self.bounded(environ)
+            if refusal is not None:
+                return refusal(environ, start_response)
         path = environ.get("PATH_INFO", "")
         match = _PATH.match(path) if path.startswith("/queue/") else None
         entry = match and self.routes.get((environ.get("REQUEST_METHOD"), match.group(2)))

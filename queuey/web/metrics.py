@@ -21,6 +21,7 @@ from pyramid.view import view_config
 
 from queuey.settings import address_in
 from queuey.web.responses import error
+from queuey.web.security import client_address
 
 log = logging.getLogger("queuey.request")
 #: Set by the server runner when workers share their metrics through files.
@@ -243,7 +244,10 @@ def metrics_tween_factory(handler, registry):
 
 @view_config(route_name="metrics", request_method="GET")
 def metrics_view(request):
-    if not address_in(request.remote_addr, request.registry.queuey_settings.metrics_allow):
+    settings = request.registry.queuey_settings
+    # The caller's address as the API sees it (behind a trusted proxy, the
+    # client it forwards for), not the socket peer, which may be that proxy.
+    if not address_in(client_address(request, settings.trusted_proxies), settings.metrics_allow):
         return error(403, {"client_address": "metrics are not exposed to this address"})
     body = generate_latest(request.registry.metrics.exposed())
     return Response(body=body, content_type=CONTENT_TYPE_LATEST.split(";")[0], charset="utf-8")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from http.cookies import SimpleCookie
 
+from queuey import applications
 from queuey.applications import applications_from_mapping
 from tests.admin.conftest import ADMIN_SETTINGS, csrf_of, sign_in
 from tests.support import KEY, REMOTE_KEY, ROTATED_KEY
@@ -63,6 +65,30 @@ def test_an_unknown_application_gets_the_same_answer(admin_app):
     res = sign_in(admin_app, application="nobody", status=401)
     assert REFUSED in res.text and "nobody" in res.text  # the name stays in the form
     assert KEY not in res.text
+
+
+def test_an_unknown_application_costs_a_key_check_and_reads_alike(admin_app, monkeypatch):
+    """The page for an unknown name and for a real one with a wrong key differ
+    only in the name echoed back (and the form's token), and both check a key."""
+    digests = []
+    real_digest = applications.digest
+
+    def counted(text):
+        digests.append(text)
+        return real_digest(text)
+
+    monkeypatch.setattr(applications, "digest", counted)
+    pages = {}
+    for name in ("nobodyxyz", admin_app.apps.remote_app):
+        form = admin_app.get("/admin/signin").forms[0]
+        form["application"], form["key"] = name, "not-the-key"
+        digests.clear()
+        res = form.submit(status=401)
+        text = re.sub(r'value="[0-9a-f]{40,}"', "", res.text).replace(name, "NAME")
+        pages[name] = (res.status_code, text, len(digests))
+    unknown, wrong = pages.values()
+    assert unknown == wrong
+    assert unknown[2] == 1 and REFUSED in unknown[1]
 
 
 def test_a_disallowed_address_is_refused_at_sign_in(admin_app):
