@@ -194,6 +194,8 @@ class Server:
         apps.write_text(
             f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n"
             f"sqs_secret = {SQS_SECRET}\n"
+            # One application's throughput is the figure: its limits are off.
+            "max_requests_per_second = 0\nmax_waiting_polls = 0\n"
         )
         if threads is None:
             threads = 16 if server == "granian" else 8

@@ -62,6 +62,7 @@ APPLICATIONS = """
 [application:bench]
 keys = plain:bench-key
 allow = 127.0.0.0/8
+max_requests_per_second = 0
 """
 HEADERS = {"X-Application-Name": "bench", "ApplicationKey": "bench-key"}
 

@@ -31,6 +31,7 @@ BENCHMARKS = [
     "sqs.py",
     "scrape.py",
     "export.py",
+    "isolation.py",
 ]
 SHARING = (
     "one box: each benchmark runs its servers (Queuey's granian workers, the "

@@ -14,6 +14,12 @@ Applications live in an INI file named by ``queuey.applications``::
     # HMAC needs it, or read from environment variables; and its account id
     sqs_secret_env = NOTIFICATIONS_SQS_SECRET
     account_id = 123456789012
+    # this application's share (queuey.quotas); each falls back to its
+    # queuey.limits.* setting, and 0 turns it off
+    max_requests_per_second = 200
+    max_burst = 400
+    max_waiting_polls = 8
+    max_queues = 100
 
 Keys are compared in constant time (:func:`hmac.compare_digest` on SHA-256
 digests) and never logged. ``queuey keygen NAME`` prints a new key and the
@@ -59,6 +65,12 @@ class Application:
     sqs_secrets: tuple[str, ...] = ()
     #: The 12-digit account id in this application's SQS queue URLs and ARNs.
     account_id: str = ""
+    #: This application's limits (:mod:`queuey.quotas`); None: the
+    #: ``queuey.limits.*`` setting of the same name.
+    max_requests_per_second: float | None = None
+    max_burst: int | None = None
+    max_waiting_polls: int | None = None
+    max_queues: int | None = None
 
     def __post_init__(self) -> None:
         if not self.account_id:
@@ -112,6 +124,32 @@ def account_id(value: str, name: str) -> str:
     return value
 
 
+#: Per-application limits: key -> (conversion, check, what the check says).
+LIMIT_KEYS = {
+    "max_requests_per_second": (float, lambda v: 0 <= v <= 1_000_000, "between 0 and 1000000"),
+    "max_burst": (int, lambda v: 1 <= v <= 1_000_000, "between 1 and 1000000"),
+    "max_waiting_polls": (int, lambda v: 0 <= v <= 10000, "between 0 and 10000"),
+    "max_queues": (int, lambda v: 0 <= v <= 10_000_000, "between 0 and 10000000"),
+}
+
+
+def parse_limits(entry: Mapping[str, object]) -> dict[str, float | int]:
+    """The limits an application's entry gives (absent ones are left out)."""
+    found: dict[str, float | int] = {}
+    for key, (convert, check, bounds) in LIMIT_KEYS.items():
+        raw = entry.get(key)
+        if raw is None or str(raw).strip() == "":
+            continue
+        try:
+            value = convert(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"{key} must be a number, not {str(raw)[:40]!r}") from None
+        if not check(value):
+            raise ValueError(f"{key} must be {bounds}, not {value}")
+        found[key] = value
+    return found
+
+
 def load_applications(
     path: str | Path, environ: Mapping[str, str] | None = None
 ) -> dict[str, Application]:
@@ -138,16 +176,41 @@ def load_applications(
                 environ,
             )
             account = account_id(parser.get(section, "account_id", fallback=""), name)
+            limits = parse_limits(parser[section])
         except ValueError as exc:
             raise ConfigurationError("queuey.applications", f"{where}: {exc}") from exc
         if not keys:
             raise ConfigurationError("queuey.applications", f"{where}: no keys")
         apps[name] = Application(
-            name=name, key_digests=keys, allow=allow, sqs_secrets=secrets_, account_id=account
+            name=name,
+            key_digests=keys,
+            allow=allow,
+            sqs_secrets=secrets_,
+            account_id=account,
+            **limits,
         )
     if not apps:
         raise ConfigurationError("queuey.applications", f"{file}: no [application:NAME] section")
+    check_distinct_sqs_secrets(apps, str(file))
     return apps
+
+
+def check_distinct_sqs_secrets(apps: Mapping[str, Application], where: str) -> None:
+    """Refuse one SQS secret shared by two applications.
+
+    SigV4 does not sign the access key id: anyone holding a secret that two
+    applications share could sign as either, by naming the other's access key.
+    """
+    owners: dict[str, str] = {}
+    for app in apps.values():
+        for secret in app.sqs_secrets:
+            other = owners.setdefault(secret, app.name)
+            if other != app.name:
+                raise ConfigurationError(
+                    "queuey.applications",
+                    f"{where}: applications {other!r} and {app.name!r} share an SQS secret; "
+                    "SigV4 does not sign the access key id, so each needs its own",
+                )
 
 
 def applications_from_mapping(entries: Mapping[str, Mapping[str, Iterable[str] | str]]) -> dict:
@@ -165,7 +228,9 @@ def applications_from_mapping(entries: Mapping[str, Mapping[str, Iterable[str] |
             allow=parse_networks(allow),
             sqs_secrets=tuple(sqs.split() if isinstance(sqs, str) else sqs),
             account_id=account_id(str(entry.get("account_id", "")), name),
+            **parse_limits(entry),
         )
+    check_distinct_sqs_secrets(apps, "applications")
     return apps
 
 

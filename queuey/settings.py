@@ -34,6 +34,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.max_message_size": "262144",
     "queuey.max_batch_messages": "1000",
     "queuey.max_batch_size": "4194304",
+    "queuey.max_form_size": "65536",
     "queuey.trusted_proxies": "",
     "queuey.metrics.allow": "127.0.0.0/8, ::1/128",
     "queuey.zookeeper.hosts": "",
@@ -42,6 +43,11 @@ DEFAULTS: dict[str, str] = {
     "queuey.dedup_window": "300",
     "queuey.reserve.max_waiting": "64",
     "queuey.reserve.poll_interval": "0.5",
+    "queuey.limits.max_requests_per_second": "1000",
+    "queuey.limits.max_burst": "2000",
+    "queuey.limits.max_waiting_polls": "",  # half of queuey.reserve.max_waiting
+    "queuey.limits.max_queues": "1000",
+    "queuey.limits.throttle_hold": "1",
     "queuey.sqs.region": "us-east-1",
     "queuey.sqs.partitions": "4",
     "queuey.sqs.fifo_partitions": "16",
@@ -105,6 +111,9 @@ class Settings:
     max_message_size: int
     max_batch_messages: int
     max_batch_size: int
+    #: Largest body of any route that reads no message: the admin pages'
+    #: forms (but posting a message), and every other path (:mod:`queuey.web.bodies`).
+    max_form_size: int
     trusted_proxies: tuple[Network, ...]
     metrics_allow: tuple[Network, ...]
     zookeeper_hosts: str
@@ -118,6 +127,19 @@ class Settings:
     #: Longest pause, seconds, between a long poll's storage checks when no
     #: post on this process wakes it (delayed messages, other API nodes).
     reserve_poll_interval: float
+    #: Each application's share unless the applications file says otherwise
+    #: (:mod:`queuey.quotas`; 0 turns a limit off): authenticated requests
+    #: per second and the burst above that rate, long polls waiting at once
+    #: per process (unset: half of ``queuey.reserve.max_waiting``, so one
+    #: application never holds every slot), queues.
+    limits_max_requests_per_second: float
+    limits_max_burst: int
+    limits_max_waiting_polls: int
+    limits_max_queues: int
+    #: Longest time, seconds, a throttled request is held before its 429 (on
+    #: one of its application's waiting slots, so a client looping on refusals
+    #: mostly waits instead of burning the server's CPU); 0: answered at once.
+    limits_throttle_hold: float
     #: The region in SQS ARNs (requests may be signed for any region).
     sqs_region: str
     #: Partitions of a standard / FIFO queue created through the SQS endpoint.
@@ -168,6 +190,12 @@ def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=No
     return value
 
 
+def _max_waiting_polls(raw: Mapping[str, Any]) -> int:
+    if str(raw["queuey.limits.max_waiting_polls"]).strip() == "":
+        return (_get(raw, "queuey.reserve.max_waiting", int) + 1) // 2
+    return _get(raw, "queuey.limits.max_waiting_polls", int, lambda v: 0 <= v <= 10000)
+
+
 def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
     value = _get(raw, "queuey.default_ttl", int)
     if not 1 <= value <= max_ttl:
@@ -194,6 +222,7 @@ def load_settings(
         max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
         max_batch_messages=_get(raw, "queuey.max_batch_messages", int, lambda v: v >= 1),
         max_batch_size=_get(raw, "queuey.max_batch_size", int, lambda v: v >= 1024),
+        max_form_size=_get(raw, "queuey.max_form_size", int, lambda v: 1024 <= v <= 2**24),
         trusted_proxies=_get(raw, "queuey.trusted_proxies", parse_networks),
         metrics_allow=_get(raw, "queuey.metrics.allow", parse_networks),
         zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),
@@ -203,6 +232,17 @@ def load_settings(
         reserve_max_waiting=_get(raw, "queuey.reserve.max_waiting", int, lambda v: 0 <= v <= 10000),
         reserve_poll_interval=_get(
             raw, "queuey.reserve.poll_interval", float, lambda v: 0.01 <= v <= 0.5
+        ),
+        limits_max_requests_per_second=_get(
+            raw, "queuey.limits.max_requests_per_second", float, lambda v: 0 <= v <= 1_000_000
+        ),
+        limits_max_burst=_get(raw, "queuey.limits.max_burst", int, lambda v: 1 <= v <= 1_000_000),
+        limits_max_waiting_polls=_max_waiting_polls(raw),
+        limits_max_queues=_get(
+            raw, "queuey.limits.max_queues", int, lambda v: 0 <= v <= 10_000_000
+        ),
+        limits_throttle_hold=_get(
+            raw, "queuey.limits.throttle_hold", float, lambda v: 0 <= v <= 20
         ),
         sqs_region=_get(raw, "queuey.sqs.region", str, REGION.match),
         sqs_partitions=_get(raw, "queuey.sqs.partitions", int, lambda v: 1 <= v <= max_partitions),

@@ -16,7 +16,8 @@ from webtest.http import StopableWSGIServer
 KEY = "test-key-1"
 ROTATED_KEY = "test-key-2"  # stored as its sha256 digest
 REMOTE_KEY = "remote-key"  # valid only from 10.0.0.0/8
-SQS_SECRET = "test-sqs-secret"  # both applications' SigV4 secret for the SQS endpoint
+SQS_SECRET = "test-sqs-secret"  # the test application's SigV4 secret for the SQS endpoint
+REMOTE_SQS_SECRET = "remote-sqs-secret"  # the remote application's (secrets are never shared)
 
 #: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
 CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
@@ -32,7 +33,7 @@ sqs_secret = {sqs_secret}
 [application:{remote_app}]
 keys = plain:{remote_key}
 allow = 10.0.0.0/8
-sqs_secret = {sqs_secret}
+sqs_secret = {remote_sqs_secret}
 """
 
 
@@ -66,6 +67,7 @@ def write_applications(path: Path, apps: TestApps) -> Path:
         remote_app=apps.remote_app,
         remote_key=REMOTE_KEY,
         sqs_secret=SQS_SECRET,
+        remote_sqs_secret=REMOTE_SQS_SECRET,
     )
     path.write_text(text, encoding="utf-8")
     return path

@@ -4,8 +4,8 @@ The API's error views answer JSON; on admin routes one exception view per
 route takes precedence (Pyramid looks for exception views by the route's
 request type first), so whatever goes wrong under ``/admin`` is a page in the
 admin's look: signed out -> the sign-in page, a missing or wrong CSRF token
--> 400 saying nothing was changed, storage down -> 503 with ``Retry-After``,
-anything unexpected -> 500, logged, never a traceback.
+-> 400 saying nothing was changed, a body over its limit -> 413, storage down
+-> 503 with ``Retry-After``, anything unexpected -> 500, logged, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound, H
 from pyramid.renderers import render_to_response
 
 from queuey.errors import QueueNotFound, StorageUnavailable
-from queuey.web.params import InvalidParameters
+from queuey.quotas import Throttled, TooManyQueues
+from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.security import Refused
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,24 @@ def admin_error(exc, request):
             "The message store did not answer. Nothing more was changed; try again shortly.",
             headers={"Retry-After": str(exc.retry_after)},
         )
+    if isinstance(exc, Throttled):
+        return error_page(
+            request,
+            429,
+            "Too many requests",
+            f"This application is over its request rate; try again in {exc.retry_after} s.",
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+    if isinstance(exc, TooManyQueues):
+        return error_page(request, 403, "Queue limit reached", str(exc))
     if isinstance(exc, QueueNotFound):
         return error_page(request, 404, "No such queue", f"There is no queue named {exc}.")
     if isinstance(exc, InvalidParameters):
         return error_page(request, 400, "Bad request", str(exc))
+    if isinstance(exc, PayloadTooLarge):
+        return error_page(
+            request, 413, "Form too large", f"Nothing was changed: {exc}. Go back and send less."
+        )
     if isinstance(exc, HTTPNotFound):
         return error_page(request, 404, "Not found", "There is no admin page at this address.")
     if isinstance(exc, HTTPException):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from queuey.quotas import Quotas, Throttled, TooManyQueues
+
 
 @dataclass(frozen=True)
 class ErrorKind:
@@ -50,7 +52,8 @@ KINDS: dict[str, ErrorKind] = {
         _kind("ResourceNotFoundException", "ResourceNotFoundException", 404),
         _kind("InvalidAddress", "InvalidAddress", 404),
         _kind("InvalidSecurity", "AWS.SimpleQueueService.InvalidSecurity", 403),
-        _kind("RequestThrottled", "RequestThrottled", 400),
+        # 403 as SQS answers it (and as botocore's SQS retry rule expects).
+        _kind("RequestThrottled", "RequestThrottled", 403),
         # Common errors of every AWS query/JSON service.
         _kind("InvalidParameterValue"),
         _kind("InvalidParameterCombination"),
@@ -78,10 +81,12 @@ KINDS: dict[str, ErrorKind] = {
 class SQSError(Exception):
     """One SQS error answer. ``name`` is a key of :data:`KINDS`."""
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: str, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.kind = KINDS[name]
         self.message = message
+        #: Seconds for a ``Retry-After`` header (a throttled request).
+        self.retry_after = retry_after
 
     @property
     def name(self) -> str:
@@ -94,6 +99,26 @@ def invalid(message: str) -> SQSError:
 
 def missing(parameter: str) -> SQSError:
     return SQSError("MissingParameter", f"The request must contain the parameter {parameter}.")
+
+
+def admit(quotas: Quotas, application: str) -> None:
+    """Charge one signed request to ``application``'s rate (:mod:`queuey.quotas`):
+    SQS's ``RequestThrottled`` when it is over."""
+    try:
+        quotas.admit(application)
+    except Throttled as exc:
+        raise SQSError(
+            "RequestThrottled", f"Rate exceeded. {exc}", retry_after=exc.retry_after
+        ) from None
+
+
+def check_new_queue(check, application: str) -> None:
+    """``check(application)`` before creating a queue: SQS's ``OverLimit`` when
+    the application has its most queues."""
+    try:
+        check(application)
+    except TooManyQueues as exc:
+        raise SQSError("OverLimit", f"Too many queues. {exc}") from None
 
 
 def batch_failure(entry_id: str, error: SQSError) -> dict:

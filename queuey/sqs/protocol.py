@@ -105,6 +105,8 @@ def ok(call: Call, result: dict, request_id: str) -> tuple[int, dict[str, str], 
 def error(json_protocol: bool, exc: SQSError, request_id: str) -> tuple[int, dict[str, str], bytes]:
     kind = exc.kind
     headers = {"x-amzn-RequestId": request_id}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
     if json_protocol:
         headers["Content-Type"] = JSON_TYPE
         fault = "Sender" if kind.sender else "Receiver"

@@ -1,9 +1,10 @@
 """The SQS endpoint in Pyramid: ``/`` and ``/<account id>/<queue>``.
 
-Order of work for every request: read the (bounded) body, tell the protocol
-and action, verify the SigV4 signature, check the caller's address against
-its application's allowlist, and only then parse parameters and touch
-storage, so a wrong signature never reaches storage.
+Order of work for every request: read the (bounded) body, verify the SigV4
+signature over it, check the caller's address against its application's
+allowlist, and only then tell the protocol and action, parse parameters and
+touch storage, so an unsigned or wrongly signed request is never parsed and
+never reaches storage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyramid.security import NO_PERMISSION_REQUIRED
 from queuey.errors import StorageUnavailable
 from queuey.sqs import protocol, sigv4
 from queuey.sqs.actions import Caller, SQSService
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, admit
 from queuey.sqs.queues import Place
 from queuey.web.security import client_address
 
@@ -55,6 +56,8 @@ def endpoint(request):
     call = None
     try:
         body = _body(request, request_limit(settings.max_message_size))
+        application = _authenticate(request, body)
+        admit(registry.quotas, application.name)  # its rate (queuey.quotas)
         call = protocol.read_call(
             request.method,
             request.headers.get("X-Amz-Target"),
@@ -62,7 +65,6 @@ def endpoint(request):
             request.environ.get("QUERY_STRING", ""),
             body,
         )
-        application = _authenticate(request, body)
         # For the request log line (queuey.web.metrics).
         request.environ["queuey.application"] = application.name
         request.environ["queuey.sqs_action"] = (
@@ -97,12 +99,17 @@ def endpoint(request):
 
 def _authenticate(request, body: bytes):
     applications = request.registry.applications
+    found = []
 
     def secrets_for(access_key: str):
+        # Kept: the applications file may be reloaded while the HMACs run.
         app = applications.get(access_key)
-        return app.sqs_secrets if app is not None else ()
+        if app is None:
+            return ()
+        found.append(app)
+        return app.sqs_secrets
 
-    credential = sigv4.verify(
+    sigv4.verify(
         sigv4.SignedRequest(
             method=request.method,
             path=sigv4.wire_path(request.environ),
@@ -112,8 +119,9 @@ def _authenticate(request, body: bytes):
         ),
         secrets_for,
         now=request.clock.now_micros() / 1e6,
+        region=request.registry.queuey_settings.sqs_region,
     )
-    application = applications[credential.access_key]
+    application = found[0]  # the one the verified access key named
     address = client_address(request, request.registry.queuey_settings.trusted_proxies)
     if not application.address_allowed(address):
         raise SQSError(

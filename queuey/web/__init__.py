@@ -1,5 +1,8 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
+import os
+
+from queuey.quotas import load_quotas
 from queuey.web.longpoll import LongPolls
 from queuey.web.schemas import build_models
 from queuey.workqueue import WorkQueues
@@ -31,6 +34,8 @@ ROUTES = [
 
 
 def includeme(config) -> None:
+    from queuey.server import ROLE_ENV, SHARED_DIR_ENV  # queuey.server imports this package
+
     registry = config.registry
     settings = registry.queuey_settings
     registry.api_models = build_models(
@@ -39,12 +44,20 @@ def includeme(config) -> None:
     for name, pattern, factory in ROUTES:
         config.add_route(name, pattern, factory=factory)
     config.include("queuey.web.metrics")
+    # Under the production server's workers, request budgets are shared
+    # through its directory (queuey.quotas); alone, they live in this process.
+    shared = os.environ.get(SHARED_DIR_ENV) if os.environ.get(ROLE_ENV) else None
+    registry.quotas = load_quotas(
+        settings, lambda: registry.applications, registry.clock, shared_dir=shared
+    )
     registry.long_polls = LongPolls(
         settings.reserve_max_waiting,
         settings.reserve_poll_interval,
         on_refused=registry.metrics.reserve_wait_refused.inc,
         on_waiting=registry.metrics.reserve_waiting.set,
+        per_application=registry.quotas.max_waiting_polls,
     )
+    registry.quotas.hold = registry.long_polls.hold
     metrics, overview = registry.metrics, registry.overview
 
     def posted(queue, count):
@@ -64,4 +77,5 @@ def includeme(config) -> None:
         on_available=registry.long_polls.notify,
         on_posted=posted,
         on_acked=acked,
+        quotas=registry.quotas,
     )

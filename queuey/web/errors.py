@@ -14,6 +14,7 @@ from queuey.errors import (
     QueueNotFound,
     StorageUnavailable,
 )
+from queuey.quotas import Throttled, TooManyQueues
 from queuey.web.jsonio import InvalidJSON, NotJSON
 from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.responses import error
@@ -60,6 +61,16 @@ def queue_not_found(exc, request):
 @exception_view_config(QueueExists)
 def queue_exists(exc, request):
     return error(409, {"queue_name": f"a queue named {exc} exists already"})
+
+
+@exception_view_config(Throttled)
+def throttled(exc, request):
+    return error(429, {"rate_limit": str(exc)}, headers={"Retry-After": str(exc.retry_after)})
+
+
+@exception_view_config(TooManyQueues)
+def too_many_queues(exc, request):
+    return error(403, {"max_queues": str(exc)})
 
 
 @exception_view_config(StorageUnavailable)

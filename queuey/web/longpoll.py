@@ -5,6 +5,9 @@ holds one of the server's threads. So that waiting calls never starve posts
 and reads, at most ``queuey.reserve.max_waiting`` calls wait at once per
 process; one more answers at once (with what storage has, maybe nothing), and
 the server's ``threads`` leave room above that (see ``development.ini``).
+So that one application cannot hold every slot, each application has a cap of
+its own (``max_waiting_polls``, :mod:`queuey.quotas`): past it, its next call
+answers at once too, and the remaining slots stay free for the others.
 
 A waiting call sleeps on its queue's signal: a post, a release without delay
 or a redrive through this process wakes it at once; otherwise it asks storage
@@ -43,8 +46,11 @@ class LongPolls:
         on_refused: Callable[[], None] = lambda: None,
         monotonic: Callable[[], float] = time.monotonic,
         on_waiting: Callable[[int], None] = lambda waiting: None,
+        per_application: Callable[[str], int] = lambda application: 0,
     ) -> None:
         self.max_waiting = max_waiting
+        #: An application's own cap of waiting calls (0: only ``max_waiting``).
+        self.per_application = per_application
         self.poll_interval = poll_interval
         self.on_refused = on_refused
         #: Told the number of waiting calls whenever it changes (a gauge).
@@ -53,11 +59,16 @@ class LongPolls:
         self._lock = threading.Lock()
         self._signals: dict[tuple[str, str], _Signal] = {}
         self._waiting = 0
+        self._waiting_by_app: dict[str, int] = {}
 
     @property
     def waiting(self) -> int:
         """Calls waiting right now."""
         return self._waiting
+
+    def waiting_of(self, application: str) -> int:
+        """Calls of ``application`` waiting right now."""
+        return self._waiting_by_app.get(application, 0)
 
     def notify(self, application: str, queue: str) -> None:
         """Wake the calls waiting on ``queue`` (cheap when there are none)."""
@@ -102,10 +113,33 @@ class LongPolls:
         finally:
             self._leave((application, queue), signal)
 
+    def hold(self, application: str, seconds: float) -> bool:
+        """Park a refused call of ``application`` for ``seconds`` on one of its
+        waiting slots (a throttled request, :mod:`queuey.quotas`): a client
+        that loops on refusals then mostly waits instead of costing CPU.
+        Without a free slot, answers False at once."""
+        if seconds <= 0:
+            return False
+        key = (application, "\0held")  # no queue has this name
+        signal = self._enter(key)
+        if signal is None:
+            return False
+        try:
+            time.sleep(seconds)
+            return True
+        finally:
+            self._leave(key, signal)
+
     def _enter(self, key: tuple[str, str]) -> _Signal | None:
+        application = key[0]
+        own_cap = self.per_application(application)
         with self._lock:
             if self._waiting >= self.max_waiting:
                 return None
+            held = self._waiting_by_app.get(application, 0)
+            if own_cap and held >= own_cap:
+                return None
+            self._waiting_by_app[application] = held + 1
             self._waiting += 1
             self.on_waiting(self._waiting)
             signal = self._signals.get(key)
@@ -116,6 +150,11 @@ class LongPolls:
 
     def _leave(self, key: tuple[str, str], signal: _Signal) -> None:
         with self._lock:
+            held = self._waiting_by_app[key[0]] - 1
+            if held:
+                self._waiting_by_app[key[0]] = held
+            else:
+                del self._waiting_by_app[key[0]]
             self._waiting -= 1
             self.on_waiting(self._waiting)
             signal.users -= 1

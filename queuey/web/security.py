@@ -1,7 +1,10 @@
 """Who is calling, and may they do this: a Pyramid 2 security policy.
 
 Identity comes from ``X-Application-Name`` (must name a configured
-application) and ``ApplicationKey`` (checked in constant time). The client
+application) and ``ApplicationKey`` (checked in constant time). An unknown
+name is refused exactly as a wrong or missing key is (same status, field and
+words), after a key check against a dummy digest, so neither the answer nor
+its time tells which application names exist. The client
 address is the socket peer, or, when the peer is a trusted proxy, the last
 untrusted address in ``X-Forwarded-For``.
 
@@ -23,6 +26,8 @@ Permissions:
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +35,7 @@ from pyramid.interfaces import ISecurityPolicy
 from pyramid.security import Allowed, Denied
 from zope.interface import implementer
 
+from queuey import applications
 from queuey.applications import Application
 from queuey.settings import address_in
 
@@ -62,6 +68,27 @@ class Refused(Denied):
         inst.status = status
         inst.field = field
         return inst
+
+
+#: What the key offered for an unknown application is compared with, so that
+#: refusing it costs what checking a known application's key does.
+_NO_SUCH_KEY = hashlib.sha256(b"queuey: no application has this key").digest()
+
+
+def key_of_unknown_application(key: str | None) -> bool:
+    """Check ``key`` as :meth:`Application.key_matches` would, against a
+    digest no key has: ``False``, at the cost of a key check."""
+    if key:
+        hmac.compare_digest(applications.digest(key), _NO_SUCH_KEY)
+    return False
+
+
+def key_refusal(request) -> Refused:
+    """The one answer to a missing or wrong key, whether or not the
+    application named exists (an unknown name is refused the same way)."""
+    if not request.headers.get("ApplicationKey"):
+        return Refused(401, "ApplicationKey", "this call needs the ApplicationKey header")
+    return Refused(401, "ApplicationKey", "wrong application key")
 
 
 def client_address(request, trusted_proxies) -> str | None:
@@ -115,6 +142,7 @@ class QueueySecurityPolicy:
         name = request.headers.get("X-Application-Name")
         app = request.registry.applications.get(name) if name else None
         if app is None:
+            key_of_unknown_application(request.headers.get("ApplicationKey"))
             return None
         return Identity(
             application=app,
@@ -135,16 +163,24 @@ class QueueySecurityPolicy:
                 return Refused(
                     401, "X-Application-Name", "the X-Application-Name header is missing"
                 )
-            return Refused(401, "X-Application-Name", "unknown application")
+            return key_refusal(request)  # as for a known name: which names exist stays unsaid
         if permission is Permission.READ and getattr(context, "is_public", lambda: False)():
-            return Allowed("public queue")
+            return self._charged(request, identity, Allowed("public queue"))
         if not identity.key_valid:
-            if not request.headers.get("ApplicationKey"):
-                return Refused(401, "ApplicationKey", "this call needs the ApplicationKey header")
-            return Refused(401, "ApplicationKey", "wrong application key")
+            return key_refusal(request)
         if not identity.address_allowed:
             return Refused(403, "client_address", "this address may not use the application's key")
-        return Allowed("application key")
+        return self._charged(request, identity, Allowed("application key"))
+
+    def _charged(self, request, identity: Identity, allowed: Allowed) -> Allowed:
+        """Charge an allowed, authenticated request to its application's rate,
+        once per request (:mod:`queuey.quotas`; raises ``Throttled``). A caller
+        without a valid key costs the application nothing."""
+        if identity.key_valid and identity.address_allowed:
+            if not request.__dict__.get("_queuey_charged"):
+                request.__dict__["_queuey_charged"] = True
+                request.registry.quotas.admit(identity.application.name)
+        return allowed
 
     def remember(self, request, userid, **kw):
         return []

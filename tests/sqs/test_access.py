@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from tests.sqs.conftest import make_client
 from tests.sqs.signing import sign_at
-from tests.support import SQS_SECRET
+from tests.support import REMOTE_SQS_SECRET, SQS_SECRET
 
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
 
@@ -56,7 +56,7 @@ def test_unknown_access_key(sqs):
 
 def test_allowlist_applies(sqs):
     # The remote application may only call from 10.0.0.0/8; this test calls from loopback.
-    remote = make_client(sqs.url, sqs.remote_application, sqs.protocol)
+    remote = make_client(sqs.url, sqs.remote_application, sqs.protocol, REMOTE_SQS_SECRET)
     sqs.clients.append(remote)
     with pytest.raises(ClientError) as exc:
         remote.create_queue(QueueName="from-here")
@@ -175,3 +175,34 @@ def test_json_protocol_bad_bodies(sqs):
         assert answer.status_code == 400, (body, answer.text)
         assert "__type" in answer.json()
     assert stored_queues(sqs) == []
+
+
+def test_two_applications_may_not_share_an_sqs_secret(tmp_path):
+    """SigV4 signs the scope but not the access key id: with one secret shared,
+    a request signed for one application is good for the other once its access
+    key is swapped. The service refuses such a file at start-up, naming both."""
+    from queuey.applications import applications_from_mapping, load_applications
+    from queuey.errors import ConfigurationError
+
+    path = tmp_path / "apps.ini"
+    path.write_text(
+        "[application:alpha]\nkeys = plain:a\nsqs_secret = same\n\n"
+        "[application:beta]\nkeys = plain:b\nsqs_secret = other same\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        load_applications(path)
+    assert "'alpha' and 'beta' share an SQS secret" in str(refused.value)
+    with pytest.raises(ConfigurationError):
+        applications_from_mapping(
+            {
+                "a": {"keys": "plain:a", "sqs_secrets": "s"},
+                "b": {"keys": "plain:b", "sqs_secrets": "s"},
+            }
+        )
+    path.write_text(
+        "[application:alpha]\nkeys = plain:a\nsqs_secret = one\n\n"
+        "[application:beta]\nkeys = plain:b\nsqs_secret = two\n",
+        encoding="utf-8",
+    )
+    assert sorted(load_applications(path)) == ["alpha", "beta"]
