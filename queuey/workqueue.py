@@ -7,9 +7,11 @@ claim; it moves dead letters back to where they came from (redrive). The web
 views and the command line use it alike; it knows nothing of HTTP.
 
 Every step is safe to repeat after a crash: a dead letter is posted with a
-``dedup_id`` derived from its subscription and message id (a claim that
-lapses and is taken again stores it once within the dedup window), and a
-redrive deletes a dead letter only after its message is back in the source.
+``dedup_id`` derived from its subscription, message id and generation (a
+claim that lapses and is taken again stores it once within the dedup window;
+a redrive starts a new generation, so dead-lettering the message again stores
+a new dead letter), and a redrive deletes a dead letter only after its message
+is back in the source.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from queuey.clock import Clock
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
 from queuey.ids import InvalidId
 from queuey.placement import partition_for_key
+from queuey.quotas import Quotas
 from queuey.storage import (
     DeadLetter,
     Delivery,
@@ -112,8 +115,13 @@ def _derived_id(kind: str, *parts: str) -> str:
     return f"{kind}-{digest}"
 
 
-def dead_letter_dedup_id(queue: QueueMeta, subscription: str, message: Message) -> str:
-    return _derived_id("dead", queue.name, queue.incarnation, subscription, message.id.hex)
+def dead_letter_dedup_id(
+    queue: QueueMeta, subscription: str, message: Message, generation: str = ""
+) -> str:
+    """One dead letter per generation of ``message`` in ``subscription``
+    (:attr:`DeadLetter.generation`; the first, empty, keeps the id it always had)."""
+    parts = [queue.name, queue.incarnation, subscription, message.id.hex]
+    return _derived_id("dead", *parts, *([generation] if generation else []))
 
 
 def redrive_dedup_id(source_queue: str, message_id: str) -> str:
@@ -144,8 +152,10 @@ class WorkQueues:
         on_available: Callable[[str, str], None] | None = None,
         on_posted: Callable[[QueueMeta, int], None] | None = None,
         on_acked: Callable[[QueueMeta, int], None] | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.storage = storage
+        self.quotas = quotas
         self.clock = clock
         self.max_ttl = max_ttl
         self.read_delay_micros = read_delay_micros
@@ -155,6 +165,14 @@ class WorkQueues:
         self.on_acked = on_acked or (lambda queue, count: None)
 
     # -- queues -----------------------------------------------------------------
+    def check_new_queue(self, application: str) -> None:
+        """Before a caller creates a queue of ``application``: its queue limit
+        (:meth:`queuey.quotas.Quotas.check_new_queue`). Dead-letter queues made
+        by :meth:`dead_letter_queue` skip it: refusing one would leave its
+        source's failed messages cycling."""
+        if self.quotas is not None:
+            self.quotas.check_new_queue(self.storage, application)
+
     def get_queue(self, application: str, name: str) -> QueueMeta:
         return self.cache.get(application, name, lambda: self.storage.get_queue(application, name))
 
@@ -296,7 +314,9 @@ class WorkQueues:
                         partition=partition_for_key(letter.message.id.hex, target.partitions),
                         ttl=ttl,
                         priority=letter.message.priority,
-                        dedup_id=dead_letter_dedup_id(queue, subscription, letter.message),
+                        dedup_id=dead_letter_dedup_id(
+                            queue, subscription, letter.message, letter.generation
+                        ),
                         attributes={
                             # The message's own attributes travel with it.
                             **(letter.message.attributes or {}),

@@ -9,7 +9,7 @@ query protocol. An SQS queue's consumers share one subscription,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from queuey.settings import Settings
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs import queues as qs
-from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
+from queuey.sqs.errors import SQSError, batch_failure, check_new_queue, invalid, missing
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.sending import new_message
 from queuey.storage import Delivery, NewMessage, QueueMeta, Storage
@@ -135,7 +135,9 @@ class SQSService:
         )
         if changes.get("dead_letter_queue"):
             self._check_dead_letter_target(caller, name, fifo, changes["dead_letter_queue"])
-        attributes = qs.with_tags(changes.pop("attributes"), tags)
+        attributes = changes.pop("attributes_set")
+        attributes.update(qs.tag_attributes(attributes, tags))
+        check_new_queue(self.work.check_new_queue, app)
         meta = QueueMeta(
             application=app,
             name=name,
@@ -190,6 +192,8 @@ class SQSService:
             raise invalid("QueueNamePrefix must be at most 80 characters.")
         limit = inputs.integer(params, "MaxResults", 1, 1000)
         after = inputs.read_token(params.get("NextToken"))
+        if not qs.NAME_PREFIX.match(prefix):
+            return {}  # no queue name starts with a character a name cannot hold
         if after is None and prefix:
             # Just below every name that starts with the prefix (names are ASCII).
             after = prefix[:-1] + chr(ord(prefix[-1]) - 1) + "\x7f"
@@ -256,7 +260,7 @@ class SQSService:
         if params.get("Tags") is None:
             raise missing("Tags")
         tags = qs.check_tags(params["Tags"])
-        self._update(meta, attributes=qs.with_tags(meta.attributes, tags))
+        self._update(meta, attributes_set=qs.tag_attributes(meta.attributes, tags))
         return {}
 
     def untag_queue(self, caller: Caller, params: dict) -> dict:
@@ -266,8 +270,7 @@ class SQSService:
             raise missing("TagKeys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise invalid("TagKeys must be a list of tag keys.")
-        drop = {qs.TAG_PREFIX + k for k in keys}
-        self._update(meta, attributes={k: v for k, v in meta.attributes.items() if k not in drop})
+        self._update(meta, attributes_removed=[qs.TAG_PREFIX + k for k in keys])
         return {}
 
     def list_queue_tags(self, caller: Caller, params: dict) -> dict:
@@ -509,24 +512,25 @@ class SQSService:
             name = caller.place.name_from_arn(params["DestinationArn"], "DestinationArn")
             destination = self._named(caller, name)
         rate = inputs.integer(params, "MaxNumberOfMessagesPerSecond", 1, 500)
-        if destination is None and not self._sources_of(caller, source):
+        if destination is None and not any(
+            q.max_attempts and q.dead_letter_name == source.name for q in self._every_queue(caller)
+        ):
             raise invalid(
                 "Source queue must be configured as a Dead Letter Queue, or a DestinationArn "
                 "must be given."
             )
-        handle = self.moves.start(caller.place, source, destination, rate)
+        handle = self.moves.start(source, destination, rate, self._every_queue(caller))
         return {"TaskHandle": handle}
 
-    def _sources_of(self, caller: Caller, dead: QueueMeta) -> bool:
+    def _every_queue(self, caller: Caller) -> Iterator[QueueMeta]:
+        """The application's queues, a page at a time (at most 100 pages)."""
         after = None
         for _ in range(100):
             page = self.storage.list_queues(caller.application.name, limit=SCAN, after=after)
-            if any(q.max_attempts and q.dead_letter_name == dead.name for q in page):
-                return True
+            yield from page
             if len(page) < SCAN:
-                return False
+                return
             after = page[-1].name
-        return False
 
     def list_message_move_tasks(self, caller: Caller, params: dict) -> dict:
         name = caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")

@@ -25,6 +25,8 @@ from queuey.storage import QueueMeta
 
 STANDARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 FIFO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+#: What a queue name can start with (a ListQueues prefix that cannot matches nothing).
+NAME_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,80}\Z")
 ARN = re.compile(r"^arn:aws:sqs:([a-z0-9-]+):([0-9]{12}):([A-Za-z0-9_.-]{1,80})$")
 TAG_PREFIX = "sqs.tag."
 MAX_TAGS = 50
@@ -156,8 +158,10 @@ def attribute_changes(
     limits: Limits,
     now_micros: int,
 ) -> dict[str, Any]:
-    """``update_queue`` changes (``attributes`` included, the whole new map) for
-    the SQS ``Attributes`` of a CreateQueue (``meta`` None) or SetQueueAttributes.
+    """``update_queue`` changes for the SQS ``Attributes`` of a CreateQueue
+    (``meta`` None) or SetQueueAttributes: queue fields, and ``attributes_set``
+    with only the ``sqs.`` keys given (the store merges them into the queue's
+    map, so a concurrent change of other keys is kept).
 
     The dead-letter target of a ``RedrivePolicy`` is returned as
     ``dead_letter_queue``; the caller checks that it exists and allows it.
@@ -165,7 +169,7 @@ def attribute_changes(
     if not isinstance(given, Mapping):
         raise SQSError("InvalidParameterValue", "Attributes must be a map of names to values.")
     changes: dict[str, Any] = {}
-    attributes = dict(meta.attributes) if meta is not None else {}
+    attributes: dict[str, str] = {}
     for name, value in given.items():
         if not isinstance(value, str):
             raise invalid_attribute(str(name), value, "must be a string")
@@ -190,7 +194,7 @@ def attribute_changes(
         else:
             attributes["sqs." + name] = _stored_value(name, value, place, limits)
     attributes["sqs.LastModifiedTimestamp"] = str(now_micros // ids.MICROS)
-    changes["attributes"] = attributes
+    changes["attributes_set"] = attributes
     return changes
 
 
@@ -298,13 +302,13 @@ def check_tags(tags: object) -> dict[str, str]:
     return dict(tags)
 
 
-def with_tags(attributes: Mapping[str, str], tags: Mapping[str, str]) -> dict[str, str]:
-    merged = dict(attributes)
-    for key, value in tags.items():
-        merged[TAG_PREFIX + key] = value
-    if sum(k.startswith(TAG_PREFIX) for k in merged) > MAX_TAGS:
+def tag_attributes(attributes: Mapping[str, str], tags: Mapping[str, str]) -> dict[str, str]:
+    """The attribute keys that hold ``tags``, checked against ``attributes``
+    (the queue's map as read) for the tag limit."""
+    added = {TAG_PREFIX + key: value for key, value in tags.items()}
+    if len({k for k in attributes if k.startswith(TAG_PREFIX)} | added.keys()) > MAX_TAGS:
         raise SQSError("InvalidParameterValue", f"A queue holds at most {MAX_TAGS} tags.")
-    return merged
+    return added
 
 
 def max_message_size(meta: QueueMeta, limits: Limits) -> int:

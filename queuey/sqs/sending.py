@@ -28,7 +28,11 @@ def new_message(
     msgs.check_text(body, "the message body")
     attributes = msgs.parse_attributes(entry.get("MessageAttributes"))
     system = msgs.parse_attributes(entry.get("MessageSystemAttributes"), system=True)
-    size = len(body.encode("utf-8")) + msgs.attributes_size(attributes)
+    # Every part counts: the body, and name + type + value of each message
+    # attribute and system attribute (an AWSTraceHeader is stored too).
+    size = (
+        len(body.encode("utf-8")) + msgs.attributes_size(attributes) + msgs.attributes_size(system)
+    )
     limit = qs.max_message_size(meta, limits)
     if size > limit:
         raise invalid(

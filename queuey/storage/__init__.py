@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from queuey import ids
+from queuey.errors import InvalidUpdate
 
 Order = Literal["ascending", "descending"]
 QueueType = Literal["public", "private"]
@@ -77,7 +78,8 @@ class QueueMeta:
     fifo: bool = False
     #: Free-form string settings kept with the queue and returned as given
     #: (the SQS endpoint keeps its queue attributes and tags here, under
-    #: ``sqs.`` keys). ``update_queue(attributes=...)`` replaces the whole map.
+    #: ``sqs.`` keys). ``update_queue(attributes=...)`` replaces the whole map;
+    #: ``attributes_set`` / ``attributes_removed`` change only the named keys.
     attributes: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -124,6 +126,36 @@ UPDATABLE_QUEUE_FIELDS = (
     "delay",
     "attributes",
 )
+
+
+class AttributesChanged(InvalidUpdate):
+    """An ``update_queue(attributes_if=...)`` whose condition no longer held:
+    nothing was changed."""
+
+
+def merge_attributes(
+    current: Mapping[str, str],
+    replaced: Mapping[str, str] | None,
+    attributes_set: Mapping[str, str] | None,
+    attributes_removed: Iterable[str],
+    attributes_if: Mapping[str, str | None] | None,
+) -> dict[str, str]:
+    """The attribute map ``update_queue`` stores: ``replaced`` (or ``current``)
+    with ``attributes_set`` put and ``attributes_removed`` dropped.
+
+    ``attributes_if`` is checked against ``current`` (what is stored now): each
+    key must hold exactly that value (``None``: be absent), or
+    :class:`AttributesChanged` is raised. Backends call this inside their atomic
+    write, so concurrent changes of different keys all survive.
+    """
+    for key, expected in (attributes_if or {}).items():
+        if current.get(key) != expected:
+            raise AttributesChanged(f"queue attribute {key} changed")
+    merged = dict(current if replaced is None else replaced)
+    merged.update(attributes_set or {})
+    for key in attributes_removed:
+        merged.pop(key, None)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -228,12 +260,19 @@ class DeadLetter:
     :meth:`Storage.reserve` returns the same message as a dead letter again,
     with a new claim (the caller posts with a deterministic ``dedup_id`` so the
     dead-letter queue still holds it once).
+
+    ``generation`` names the message's current round of deliveries in the
+    subscription: empty until :meth:`Storage.reopen` first reopens it, and a
+    new value drawn by every reopen; a lapsed claim taken again keeps it. The
+    caller puts it in the ``dedup_id``, so a dead-lettering retried is stored
+    once while one after a redrive is a new dead letter.
     """
 
     message: Message
     attempts: int
     last_error: str
     claim: str
+    generation: str = ""
 
 
 @dataclass(frozen=True)
@@ -336,13 +375,30 @@ class Storage(abc.ABC):
         """The application's queues ordered by name, starting after ``after``."""
 
     @abc.abstractmethod
-    def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
+    def update_queue(
+        self,
+        application: str,
+        name: str,
+        *,
+        attributes_set: Mapping[str, str] | None = None,
+        attributes_removed: Sequence[str] = (),
+        attributes_if: Mapping[str, str | None] | None = None,
+        **changes: Any,
+    ) -> QueueMeta:
         """Change ``partitions`` (only upwards), ``ttl``, ``type``, ``consistency``,
         ``visibility_timeout``, ``max_attempts``, ``dead_letter_queue``, ``delay``
         or ``attributes`` (the whole map).
 
         A change given as ``None`` leaves that field as it is. Every field not
         named keeps its value, ``fifo`` included (it cannot change).
+
+        ``attributes_set`` and ``attributes_removed`` change only the keys they
+        name, merged into the stored map inside the backend's atomic write (see
+        :func:`merge_attributes`): two calls changing different keys at the
+        same time both take effect, from any thread, process or API node.
+        ``attributes_if`` makes the whole update conditional on the stored
+        values of some keys (a compare-and-set), raising
+        :class:`AttributesChanged` when one differs.
 
         Raises ``QueueNotFound``, or ``InvalidUpdate`` when partitions would
         shrink or another field is named.
@@ -510,9 +566,9 @@ class Storage(abc.ABC):
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
     ) -> int:
         """Make finished (acked or dead-lettered) live messages available again in
-        ``subscription`` with an attempt count of 0 (redrive). Messages that are
-        gone, not finished or unknown are skipped. Idempotent; returns how many
-        were reopened."""
+        ``subscription`` with an attempt count of 0 (redrive), each with a new
+        :attr:`DeadLetter.generation`. Messages that are gone, not finished or
+        unknown are skipped. Idempotent; returns how many were reopened."""
 
     @abc.abstractmethod
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:

@@ -14,7 +14,14 @@ import pytest
 
 from queuey import ids
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
-from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery, Storage
+from queuey.storage import (
+    AttributesChanged,
+    MessageRef,
+    NewMessage,
+    QueueMeta,
+    ReadQuery,
+    Storage,
+)
 
 
 def body(n: int) -> str:
@@ -87,6 +94,56 @@ class StorageContract:
         storage.update_queue(app, "q", partitions=4, ttl=None, type=None, consistency=None)
         got = storage.get_queue(app, "q")
         assert (got.partitions, got.ttl, got.type, got.consistency) == (4, 60, "public", "strong")
+
+    def test_attribute_keys_change_alone(self, storage, queue, app):
+        storage.update_queue(app, "q", attributes={"keep": "1", "drop": "2", "old": "3"})
+        meta = storage.update_queue(
+            app, "q", ttl=30, attributes_set={"old": "4", "new": "5"}, attributes_removed=["drop"]
+        )
+        assert dict(meta.attributes) == {"keep": "1", "old": "4", "new": "5"}
+        assert dict(storage.get_queue(app, "q").attributes) == dict(meta.attributes)
+        assert storage.get_queue(app, "q").ttl == 30
+        with pytest.raises(AttributesChanged):
+            storage.update_queue(app, "q", attributes_set={"x": "1"}, attributes_if={"old": "3"})
+        with pytest.raises(AttributesChanged):
+            storage.update_queue(app, "q", attributes_set={"x": "1"}, attributes_if={"new": None})
+        assert "x" not in storage.get_queue(app, "q").attributes
+        storage.update_queue(
+            app, "q", attributes_set={"x": "1"}, attributes_if={"old": "4", "absent": None}
+        )
+        assert storage.get_queue(app, "q").attributes["x"] == "1"
+        with pytest.raises(QueueNotFound):
+            storage.update_queue(app, "nope", attributes_set={"x": "1"})
+
+    def test_concurrent_changes_of_distinct_attribute_keys_all_survive(self, storage, queue, app):
+        """SQS's SetQueueAttributes, TagQueue and move tasks change keys of one map
+        at the same time: each change is merged in the store, none is lost."""
+        storage.update_queue(app, "q", attributes={f"gone-{w}": "x" for w in range(4)})
+        errors: list[Exception] = []
+        start = threading.Barrier(4)
+
+        def change(worker: int) -> None:
+            try:
+                start.wait(10)
+                for i in range(5):
+                    storage.update_queue(
+                        app,
+                        "q",
+                        attributes_set={f"w{worker}-{i}": str(i)},
+                        attributes_removed=[f"gone-{worker}"] if i == 2 else (),
+                    )
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=change, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        assert dict(storage.get_queue(app, "q").attributes) == {
+            f"w{w}-{i}": str(i) for w in range(4) for i in range(5)
+        }
 
     def test_delete_queue_forgets_it_and_its_messages(self, storage, queue, app, clock):
         self.put(storage, queue, 1)

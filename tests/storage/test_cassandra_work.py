@@ -254,6 +254,31 @@ def test_full_slots_stop_new_deliveries_until_messages_finish(store, queue, cloc
     assert len(lease_rows(store, queue)) == 4
 
 
+def test_each_reopen_draws_a_new_generation_even_after_its_slot_was_reused(store, clock):
+    """A dead-lettered message's slot is reused by the next delivery; a reopen
+    (redrive) then makes it a new slot, whose generation must still differ from
+    every earlier one, or its next dead letter would be deduplicated away."""
+    app = "app-" + uuid.uuid4().hex[:12]
+    queue = store.create_queue(QueueMeta(application=app, name="dq", ttl=600, max_attempts=1))
+    posted = store.put_messages(queue, [NewMessage('{"n": 0}', 1, 600)])[0]
+    generations = []
+    for n in range(1, 4):
+        clock.advance(0.001)  # settled: a finished slot is reusable once behind the position
+        (delivery,) = reserve(store, queue, clock).deliveries
+        assert delivery.message.id == posted.id
+        _, (letter,) = store.release(queue, "s", [delivery.receipt], clock.now_micros())
+        assert store.ack(queue, "s", [letter.claim], clock.now_micros()) == {letter.claim: "acked"}
+        generations.append(letter.generation)
+        store.put_messages(queue, [NewMessage('{"n": %d}' % n, 1, 600)])
+        clock.advance(0.001)
+        (other,) = reserve(store, queue, clock).deliveries
+        store.ack(queue, "s", [other.receipt], clock.now_micros())
+        assert posted.id not in {row[1] for row in lease_rows(store, queue)}  # slot reused
+        ref = MessageRef(1, posted.id)
+        assert store.reopen(queue, "s", [ref], clock.now_micros()) == 1
+    assert generations[0] == "" and len(set(generations)) == 3
+
+
 # -- priorities and delays -------------------------------------------------------------------
 def test_reserve_reads_only_the_priorities_in_use(store, queue, clock, recorder):
     store.put_messages(queue, [NewMessage("{}", 1, 600), NewMessage("{}", 1, 600, priority=3)])
@@ -395,7 +420,7 @@ def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
         )
         applied = upgrade_schema(old)
         assert any("ALTER TABLE" in s for s in applied)
-        assert current_version(store.session, keyspace) == LATEST_VERSION == 4
+        assert current_version(store.session, keyspace) == LATEST_VERSION == 5
         upgraded = load_from_config(old, clock)
         try:
             queue = upgraded.get_queue("app", "old")

@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from queuey import ids
+from queuey.errors import StorageUnavailable
 from queuey.storage import (
     MessageRef,
     NewMessage,
@@ -276,6 +277,44 @@ class WorkQueueContract:
         assert self.reserve(storage, dead, clock).deliveries == []
         (back,) = self.reserve(storage, source, clock).deliveries
         assert back.message.id == posted.id
+
+    def test_dead_lettered_again_after_a_redrive_is_stored_once(self, storage, app, clock):
+        """Each dead-lettering of a message is a new dead letter, even within
+        the dedup window after a redrive of the last one; a retried
+        dead-lettering (its claim's ack was lost, the claim lapsed) is not."""
+        work = WorkQueues(storage, clock, max_ttl=3600)
+        ack_lost = WorkQueues(_AckLost(storage), clock, max_ttl=3600)
+        source = self.dead_queue(storage, app, max_attempts=1, vt=30)
+        posted = self.post(storage, source, 1)
+        start = clock.now_micros()
+
+        def dead_letters():
+            dead = storage.get_queue(app, source.dead_letter_name)
+            return [
+                (m.attributes["source_message_id"], m.attributes["last_error"], m.body)
+                for m in self.read_oldest_first(storage, dead, clock)
+            ]
+
+        def fail(error, service=work):
+            (delivery,) = work.reserve(source, "default").deliveries
+            assert delivery.message.id == posted.id and delivery.attempts == 1
+            return service.release(source, "default", [delivery.receipt], error=error)
+
+        assert fail("first").dead_lettered == 1
+        dead = storage.get_queue(app, source.dead_letter_name)
+        assert work.redrive(dead, 10).moved == 1
+        clock.advance(1)
+        assert fail("second").dead_lettered == 1
+        assert dead_letters() == [(posted.id.hex, "second", body(1))]
+        assert work.redrive(dead, 10).moved == 1
+        clock.advance(1)
+        assert fail("third", service=ack_lost).dead_lettered == 0
+        clock.advance(source.visibility_timeout + 1)
+        retried = work.reserve(source, "default")
+        assert (retried.deliveries, retried.dead_lettered) == ([], 1)
+        assert clock.now_micros() - start < storage.dedup_window * S
+        assert dead_letters() == [(posted.id.hex, "third", body(1))]
+        assert work.reserve(source, "default").deliveries == []
 
     # -- reserve basics -----------------------------------------------------------
     def test_reserve_leases_up_to_limit_oldest_first(self, storage, wq, clock):
@@ -730,3 +769,16 @@ class WorkQueueContract:
         clock.advance(6)
         again = self.reserve(storage, wq, clock).deliveries[0]
         assert (again.attempts, again.first_delivered) == (2, start)
+
+
+class _AckLost:
+    """A storage whose acks fail: a dead-lettering posts, then loses its claim's ack."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def __getattr__(self, name: str):
+        return getattr(self._storage, name)
+
+    def ack(self, *args, **kwargs):
+        raise StorageUnavailable("ack lost")

@@ -198,8 +198,25 @@ class CassandraStorage(Storage):
         return queues.list_rows(self._connection(), application, limit, after)
 
     @boundary("update queue")
-    def update_queue(self, application: str, name: str, **changes: Any) -> QueueMeta:
-        return queues.update(self._connection(), application, name, changes)
+    def update_queue(
+        self,
+        application: str,
+        name: str,
+        *,
+        attributes_set: Mapping[str, str] | None = None,
+        attributes_removed: Sequence[str] = (),
+        attributes_if: Mapping[str, str | None] | None = None,
+        **changes: Any,
+    ) -> QueueMeta:
+        return queues.update(
+            self._connection(),
+            application,
+            name,
+            changes,
+            attributes_set=attributes_set,
+            attributes_removed=attributes_removed,
+            attributes_if=attributes_if,
+        )
 
     @boundary("delete queue")
     def delete_queue(self, application: str, name: str) -> None:

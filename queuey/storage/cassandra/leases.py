@@ -15,6 +15,11 @@ Slot states: ``L`` leased (until ``visible_at``; once that passed, available
 again), ``R`` released (available again at ``visible_at``), ``A`` acked,
 ``C`` claimed for dead-lettering (until ``visible_at``), ``D`` dead-lettered,
 ``G`` gone (the message expired or was deleted while it had a slot).
+
+A slot's ``generation`` is empty until a reopen (redrive), which draws a new
+one; it travels with the next dead letter (:class:`queuey.storage.DeadLetter`).
+A reopen of a message whose slot was reused draws one too, so it never
+depends on the slot having been kept.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class Slot:
     attempts: int
     last_error: str = ""
     first_at: int = 0  # microseconds: first delivery in the subscription (0: none yet)
+    generation: str = ""  # drawn anew by every reopen
 
     @property
     def timestamp(self) -> int:
@@ -182,6 +188,7 @@ class LeaseState:
                 attempts=0,
                 last_error="",
                 first_at=0,
+                generation=new_token(),
             )
         )
 

@@ -258,9 +258,8 @@ class Reservation:
                 state.gone(slot)
                 continue
             new = state.claim(slot, now, queue.visibility_timeout)
-            dead.append(
-                DeadLetter(msg, new.attempts, new.last_error, make_receipt(p, msg.id, new.token))
-            )
+            receipt = make_receipt(p, msg.id, new.token)
+            dead.append(DeadLetter(msg, new.attempts, new.last_error, receipt, new.generation))
         for slot in again:
             msg = bodies.get(slot.message_id)
             if msg is None:

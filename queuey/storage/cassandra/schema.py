@@ -159,12 +159,19 @@ def _v4(cfg: CassandraSettings) -> list[str]:
     return [f"ALTER TABLE {cfg.keyspace}.dedup ADD IF NOT EXISTS (written boolean)"]
 
 
+def _v5(cfg: CassandraSettings) -> list[str]:
+    """A slot's generation, drawn anew by each reopen (redrive): a dead letter's
+    ``dedup_id`` includes it (:class:`queuey.storage.DeadLetter`)."""
+    return [f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (generation text)"]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
     Migration(2, "work queues: settings, message fields, priorities, dedup ids, leases", _v2),
     Migration(3, "FIFO queues, queue attributes, first delivery times", _v3),
     Migration(4, "dedup claims record that their message was written", _v4),
+    Migration(5, "lease generations (redrives)", _v5),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -115,12 +115,13 @@ class Statements:
         # dedup ids
         dcols = "until, id, partition, body, expires, priority, attributes"
         self.insert_dedup = p(
-            f"INSERT INTO {ks}.dedup (incarnation, dedup_id, {dcols}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+            f"INSERT INTO {ks}.dedup (incarnation, dedup_id, {dcols}, written) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, false) IF NOT EXISTS USING TTL ?"
         )
+        # Every column at once, so all of a claim's cells share one TTL.
         self.replace_dedup = p(
             f"UPDATE {ks}.dedup USING TTL ? SET until = ?, id = ?, partition = ?, body = ?, "
-            "expires = ?, priority = ?, attributes = ? "
+            "expires = ?, priority = ?, attributes = ?, written = ? "
             "WHERE incarnation = ? AND dedup_id = ? IF id = ?"
         )
         # work queues
@@ -133,7 +134,7 @@ class Statements:
         lease_key = "incarnation = ? AND subscription = ? AND partition = ?"
         self.read_leases = p(
             "SELECT slot, version, positions, dead_lettered, message_id, priority, lease_token, "
-            f"state, visible_at, attempts, last_error, first_at FROM {ks}.leases "
+            f"state, visible_at, attempts, last_error, first_at, generation FROM {ks}.leases "
             f"WHERE {lease_key}"
         )
         self.write_lease_head = p(
@@ -142,7 +143,8 @@ class Statements:
         )
         self.write_slot = p(
             f"UPDATE {ks}.leases USING TTL ? SET message_id = ?, priority = ?, lease_token = ?, "
-            "state = ?, visible_at = ?, attempts = ?, last_error = ?, first_at = ? "
+            "state = ?, visible_at = ?, attempts = ?, last_error = ?, first_at = ?, "
+            "generation = ? "
             f"WHERE {lease_key} AND slot = ?"
         )
         # checkpoints

@@ -150,6 +150,7 @@ class WorkQueues:
                         x.attempts,
                         x.last_error,
                         x.first_at,
+                        x.generation,
                         *key,
                         n,
                     ),
@@ -343,7 +344,9 @@ class WorkQueues:
                         slot = state.put(_with_error(slot, error))
                     new = state.claim(slot, now, queue.visibility_timeout)
                     receipt = make_receipt(state.partition, mid, new.token)
-                    mine.append(DeadLetter(msg, new.attempts, new.last_error, receipt))
+                    mine.append(
+                        DeadLetter(msg, new.attempts, new.last_error, receipt, new.generation)
+                    )
                 else:
                     state.release(slot, now, delay, error)
             return out
@@ -415,6 +418,7 @@ def _state(partition: int, rs) -> LeaseState:
             attempts,
             err,
             first,
+            generation,
         ) = row
         head = head or (version, positions, dead)
         if number is not None and mid is not None:
@@ -428,6 +432,7 @@ def _state(partition: int, rs) -> LeaseState:
                 attempts or 0,
                 err or "",
                 first or 0,
+                generation or "",
             )
     version, positions, dead = head or (None, None, 0)
     return LeaseState(

@@ -16,7 +16,8 @@ above 0 are indexed by priority, so a default post costs no extra index entry
 (reservations find priority-0 messages by the primary key, see
 :mod:`.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
 the ``retired`` table (incarnations a purge or delete left behind, whose rows
-are still being removed in batches).
+are still being removed in batches); version 5 the leases' ``generation``
+(drawn anew by each reopen, see :class:`queuey.storage.DeadLetter`).
 
 The schema is created or migrated when a storage opens the file (inside a
 write transaction, so processes opening an old file at once migrate it once),
@@ -32,7 +33,7 @@ import uuid
 from queuey import ids
 from queuey.storage import Message, QueueMeta
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 BASE = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -154,6 +155,12 @@ CREATE TABLE IF NOT EXISTS retired (
 ) WITHOUT ROWID
 """
 
+#: Version 4 to 5: a lease's generation (empty until a redrive reopens it),
+#: which a dead letter's ``dedup_id`` includes.
+V5 = """
+ALTER TABLE leases ADD COLUMN generation TEXT NOT NULL DEFAULT ''
+"""
+
 #: The message columns :func:`row_to_message` reads, in its order.
 COLUMNS = "id, ts, partition, body, expires, priority, attributes"
 #: The queue columns :func:`row_to_queue` reads, in its order.
@@ -210,6 +217,10 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         for statement in _statements(V4):
             conn.execute(statement)
         applied.append("version 4: incarnations of purged and deleted queues being removed")
+    if version < 5:
+        for statement in _statements(V5):
+            conn.execute(statement)
+        applied.append("version 5: lease generations (redrives)")
     if applied:
         conn.execute(
             "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",

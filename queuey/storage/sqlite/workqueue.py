@@ -19,6 +19,9 @@ acked      finished by an ack (``token`` kept, so a repeated ack answers acked)
 dead       finished as dead-lettered (the claim was acked)
 ========== =================================================================
 
+A reopen (redrive) draws a new ``generation`` for the lease, which its next
+dead letter carries (see :class:`queuey.storage.DeadLetter`).
+
 ``settled_micros`` is not needed here: inside the write transaction every
 committed message is visible and no other write is in flight (SQLite has one
 writer), so a position never passes a message that could still appear. One
@@ -57,7 +60,8 @@ MAX_DEAD_LETTERS = 100
 
 _MESSAGE_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 _DUE = (
-    f"SELECT l.state, l.attempts, l.last_error, l.first_at, m.tiebreak, {_MESSAGE_COLUMNS} "
+    "SELECT l.state, l.attempts, l.last_error, l.first_at, l.generation, m.tiebreak, "
+    f"{_MESSAGE_COLUMNS} "
     "FROM leases l INDEXED BY leases_due JOIN messages m ON m.incarnation = l.incarnation "
     "AND m.partition = l.partition AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
     "WHERE l.incarnation = ? AND l.subscription = ? "
@@ -84,7 +88,7 @@ _SCAN = (
 #: Rows a reservation examines per partition looking for priority-0 messages.
 SCAN_LIMIT = 20000
 _LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
-_INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?)"
+_INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?, '')"
 #: Ack of a current lease (to acked) or dead-letter claim (to dead): its key, id and token.
 _FINISH = (
     "UPDATE leases SET state = CASE state WHEN 'leased' THEN 'acked' ELSE 'dead' END "
@@ -105,13 +109,16 @@ def new_tokens(count: int) -> list[str]:
 class _Row:
     """A due lease or a new message, as a reservation considers it."""
 
-    __slots__ = ("state", "attempts", "last_error", "first_at", "tiebreak", "message")
+    __slots__ = ("state", "attempts", "last_error", "first_at", "generation", "tiebreak", "message")
 
-    def __init__(self, state, attempts, last_error, tb, message: Message, first_at=0) -> None:
+    def __init__(
+        self, state, attempts, last_error, tb, message: Message, first_at=0, generation=""
+    ) -> None:
         self.state = state
         self.attempts = attempts
         self.last_error = last_error
         self.first_at = first_at
+        self.generation = generation
         self.tiebreak = tb
         self.message = message
 
@@ -227,8 +234,9 @@ class WorkQueues:
         )
         due: dict[int, list[_Row]] = defaultdict(list)
         dead: list[_Row] = []
-        for state, attempts, last_error, first_at, tb, *message in rows:
-            row = _Row(state, attempts, last_error, tb, row_to_message(message), first_at)
+        for state, attempts, last_error, first_at, generation, tb, *message in rows:
+            message = row_to_message(message)
+            row = _Row(state, attempts, last_error, tb, message, first_at, generation)
             exhausted = queue.max_attempts and attempts >= queue.max_attempts
             if state == "claimed" or exhausted:
                 if len(dead) < MAX_DEAD_LETTERS:
@@ -332,7 +340,7 @@ class WorkQueues:
             (token, until, *key),
         )
         claim = make_receipt(message.partition, message.id, token)
-        return DeadLetter(message, row.attempts, row.last_error, claim)
+        return DeadLetter(message, row.attempts, row.last_error, claim, row.generation)
 
     # -- receipts -----------------------------------------------------------------
     @staticmethod
@@ -359,7 +367,9 @@ class WorkQueues:
             return None
         key, message_id, token = named
         row = conn.execute(
-            f"SELECT id, state, token, attempts, last_error FROM leases WHERE {_LEASE_KEY}", key
+            f"SELECT id, state, token, attempts, last_error, generation FROM leases "
+            f"WHERE {_LEASE_KEY}",
+            key,
         ).fetchone()
         if row is None or row[0] != message_id.bytes:
             return None
@@ -426,7 +436,7 @@ class WorkQueues:
                 if found is None:
                     answer[receipt] = "unknown"
                     continue
-                key, token, (_, state, current, attempts, last_error) = found
+                key, token, (_, state, current, attempts, last_error, generation) = found
                 if state != "leased" or token != current:
                     answer[receipt] = "expired"
                     continue
@@ -443,7 +453,9 @@ class WorkQueues:
                     message = self._message(conn, key, now)
                     if message is not None:
                         receipt_ = make_receipt(message.partition, message.id, claim)
-                        letters.append(DeadLetter(message, attempts, last_error, receipt_))
+                        letters.append(
+                            DeadLetter(message, attempts, last_error, receipt_, generation)
+                        )
                 else:
                     conn.execute(
                         "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
@@ -478,7 +490,7 @@ class WorkQueues:
                 if found is None:
                     answer[receipt] = "unknown"
                     continue
-                key, token, (_, state, current, _, _) = found
+                key, token, (_, state, current, *_) = found
                 if state != "leased" or token != current:
                     answer[receipt] = "expired"
                     continue
@@ -502,10 +514,11 @@ class WorkQueues:
                 )
                 reopened += conn.execute(
                     "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
-                    f"attempts = 0, last_error = '', first_at = 0 WHERE {_LEASE_KEY} AND id = ? "
+                    "attempts = 0, last_error = '', first_at = 0, generation = ? "
+                    f"WHERE {_LEASE_KEY} AND id = ? "
                     "AND state IN ('acked', 'dead') AND EXISTS (SELECT 1 FROM messages "
                     "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ? "
                     "AND expires > ?)",
-                    (now, *key, ref.id.bytes, key[0], *key[2:], now),
+                    (now, new_token(), *key, ref.id.bytes, key[0], *key[2:], now),
                 ).rowcount
         return reopened
