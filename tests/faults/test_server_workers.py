@@ -194,7 +194,7 @@ def test_a_long_poll_on_one_worker_is_answered_by_a_post_through_any(make_api_no
     for round_ in range(8):
         answer: dict = {}
 
-        def reserve() -> None:
+        def reserve(answer: dict = answer) -> None:
             started = time.monotonic()
             res = requests.post(
                 f"{node.url}/queue/{queue}/reserve",
