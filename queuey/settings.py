@@ -140,7 +140,7 @@ class Settings:
     #: one of its application's waiting slots, so a client looping on refusals
     #: mostly waits instead of burning the server's CPU); 0: answered at once.
     limits_throttle_hold: float
-    #: The region in SQS ARNs (requests may be signed for any region).
+    #: The region in SQS ARNs and the one requests must be signed for.
     sqs_region: str
     #: Partitions of a standard / FIFO queue created through the SQS endpoint.
     sqs_partitions: int

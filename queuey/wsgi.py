@@ -1,6 +1,7 @@
 """The WSGI application for servers that import one (granian, gunicorn).
 
-    QUEUEY_INI=production.ini granian --interface wsgi queuey.wsgi:application
+    QUEUEY_INI=production.ini QUEUEY_ADMIN_SECRET=<a long random string> \
+        granian --interface wsgi --workers 2 queuey.wsgi:application
 
 Builds the app from the ini file named by ``QUEUEY_INI`` (``development.ini``
 when unset), with its logging configured, once per worker process.
