@@ -12,6 +12,7 @@ from queuey.cli import main
 from queuey.storage.cassandra import parse_settings, schema_status
 from queuey.storage.cassandra.schema import LATEST_VERSION
 from queuey.storage.cassandra.session import build_cluster
+from queuey.storage.sqlite.schema import SCHEMA_VERSION
 
 
 def write_ini(path, settings: dict[str, str]) -> str:
@@ -32,7 +33,10 @@ def test_schema_upgrade_creates_the_sqlite_file(tmp_path, applications_file, cap
     database = tmp_path / "var" / "queuey.sqlite3"
     assert not database.exists()
     assert main(["schema", "upgrade", "-c", ini]) == 0
-    assert "queuey.storage.sqlite: schema up to date (3 step(s) applied)" in capsys.readouterr().out
+    assert (
+        f"queuey.storage.sqlite: schema up to date ({SCHEMA_VERSION} step(s) applied)"
+        in capsys.readouterr().out
+    )
     conn = sqlite3.connect(database)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

@@ -346,7 +346,12 @@ def mutations(shop: Shop, wire: Wire) -> Iterator[tuple[str, Wire, str]]:
     for name, value in wire.headers:
         lowered = name.lower()
         if lowered == "authorization":
-            yield "header Authorization changed", wire.with_header(name, value[:-1] + "0"), mismatch
+            last = "1" if value[-1] != "1" else "2"
+            yield (
+                "header Authorization changed",
+                wire.with_header(name, value[:-1] + last),
+                mismatch,
+            )
             yield (
                 "header Authorization signature non-ASCII",
                 wire.with_header(name, value[:-2] + "é"),
