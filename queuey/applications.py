@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from queuey.errors import ConfigurationError
-from queuey.settings import Network, address_in, parse_networks
+from queuey.settings import LIMIT_RANGES, Network, address_in, parse_networks
 
 SECTION_PREFIX = "application:"
 
@@ -124,19 +124,11 @@ def account_id(value: str, name: str) -> str:
     return value
 
 
-#: Per-application limits: key -> (conversion, check, what the check says).
-LIMIT_KEYS = {
-    "max_requests_per_second": (float, lambda v: 0 <= v <= 1_000_000, "between 0 and 1000000"),
-    "max_burst": (int, lambda v: 1 <= v <= 1_000_000, "between 1 and 1000000"),
-    "max_waiting_polls": (int, lambda v: 0 <= v <= 10000, "between 0 and 10000"),
-    "max_queues": (int, lambda v: 0 <= v <= 10_000_000, "between 0 and 10000000"),
-}
-
-
 def parse_limits(entry: Mapping[str, object]) -> dict[str, float | int]:
-    """The limits an application's entry gives (absent ones are left out)."""
+    """The limits an application's entry gives (absent ones are left out),
+    each in the range its ``queuey.limits.*`` setting has (:data:`LIMIT_RANGES`)."""
     found: dict[str, float | int] = {}
-    for key, (convert, check, bounds) in LIMIT_KEYS.items():
+    for key, (convert, low, high) in LIMIT_RANGES.items():
         raw = entry.get(key)
         if raw is None or str(raw).strip() == "":
             continue
@@ -144,8 +136,8 @@ def parse_limits(entry: Mapping[str, object]) -> dict[str, float | int]:
             value = convert(str(raw).strip())
         except ValueError:
             raise ValueError(f"{key} must be a number, not {str(raw)[:40]!r}") from None
-        if not check(value):
-            raise ValueError(f"{key} must be {bounds}, not {value}")
+        if not low <= value <= high:
+            raise ValueError(f"{key} must be between {low} and {high}, not {value}")
         found[key] = value
     return found
 

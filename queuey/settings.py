@@ -190,10 +190,26 @@ def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=No
     return value
 
 
+#: Each application's limits (:mod:`queuey.quotas`): the conversion and the
+#: range of a ``queuey.limits.*`` setting and of an application's own value
+#: (:mod:`queuey.applications`) alike.
+LIMIT_RANGES: dict[str, tuple[Callable[[str], float], float, float]] = {
+    "max_requests_per_second": (float, 0, 1_000_000),
+    "max_burst": (int, 1, 1_000_000),
+    "max_waiting_polls": (int, 0, 10_000),
+    "max_queues": (int, 0, 10_000_000),
+}
+
+
+def _limit(raw: Mapping[str, Any], name: str) -> Any:
+    convert, low, high = LIMIT_RANGES[name]
+    return _get(raw, f"queuey.limits.{name}", convert, lambda v: low <= v <= high)
+
+
 def _max_waiting_polls(raw: Mapping[str, Any]) -> int:
     if str(raw["queuey.limits.max_waiting_polls"]).strip() == "":
         return (_get(raw, "queuey.reserve.max_waiting", int) + 1) // 2
-    return _get(raw, "queuey.limits.max_waiting_polls", int, lambda v: 0 <= v <= 10000)
+    return _limit(raw, "max_waiting_polls")
 
 
 def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
@@ -233,14 +249,10 @@ def load_settings(
         reserve_poll_interval=_get(
             raw, "queuey.reserve.poll_interval", float, lambda v: 0.01 <= v <= 0.5
         ),
-        limits_max_requests_per_second=_get(
-            raw, "queuey.limits.max_requests_per_second", float, lambda v: 0 <= v <= 1_000_000
-        ),
-        limits_max_burst=_get(raw, "queuey.limits.max_burst", int, lambda v: 1 <= v <= 1_000_000),
+        limits_max_requests_per_second=_limit(raw, "max_requests_per_second"),
+        limits_max_burst=_limit(raw, "max_burst"),
         limits_max_waiting_polls=_max_waiting_polls(raw),
-        limits_max_queues=_get(
-            raw, "queuey.limits.max_queues", int, lambda v: 0 <= v <= 10_000_000
-        ),
+        limits_max_queues=_limit(raw, "max_queues"),
         limits_throttle_hold=_get(
             raw, "queuey.limits.throttle_hold", float, lambda v: 0 <= v <= 20
         ),

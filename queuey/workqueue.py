@@ -165,13 +165,16 @@ class WorkQueues:
         self.on_acked = on_acked or (lambda queue, count: None)
 
     # -- queues -----------------------------------------------------------------
-    def check_new_queue(self, application: str) -> None:
-        """Before a caller creates a queue of ``application``: its queue limit
-        (:meth:`queuey.quotas.Quotas.check_new_queue`). Dead-letter queues made
-        by :meth:`dead_letter_queue` skip it: refusing one would leave its
-        source's failed messages cycling."""
+    def create_queue(self, meta: QueueMeta) -> QueueMeta:
+        """Create a queue for a caller (every door's one way): within its
+        application's queue limit (:meth:`queuey.quotas.Quotas.check_new_queue`,
+        ``TooManyQueues``), then stored (``QueueExists`` when the name is taken).
+        Dead-letter queues made by :meth:`dead_letter_queue` skip the limit:
+        refusing one would leave its source's failed messages cycling."""
         if self.quotas is not None:
-            self.quotas.check_new_queue(self.storage, application)
+            self.quotas.check_new_queue(self.storage, meta.application)
+        with self.cache.changing(meta.application, meta.name):
+            return self.storage.create_queue(meta)
 
     def get_queue(self, application: str, name: str) -> QueueMeta:
         return self.cache.get(application, name, lambda: self.storage.get_queue(application, name))

@@ -20,7 +20,7 @@ from queuey.settings import Settings
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs import queues as qs
-from queuey.sqs.errors import SQSError, batch_failure, check_new_queue, invalid, missing
+from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.sending import new_message
 from queuey.storage import Delivery, NewMessage, QueueMeta, Storage
@@ -137,7 +137,6 @@ class SQSService:
             self._check_dead_letter_target(caller, name, fifo, changes["dead_letter_queue"])
         attributes = changes.pop("attributes_set")
         attributes.update(qs.tag_attributes(attributes, tags))
-        check_new_queue(self.work.check_new_queue, app)
         meta = QueueMeta(
             application=app,
             name=name,
@@ -155,8 +154,7 @@ class SQSService:
             attributes=attributes,
         )
         try:
-            with self.work.cache.changing(app, name):
-                self.storage.create_queue(meta)
+            self.work.create_queue(meta)
         except QueueExists:  # made meanwhile by another call
             return self._existing(caller, self.storage.get_queue(app, name), given)
         return {"QueueUrl": caller.place.url(name)}

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from queuey.quotas import Quotas, Throttled, TooManyQueues
-
 
 @dataclass(frozen=True)
 class ErrorKind:
@@ -99,26 +97,6 @@ def invalid(message: str) -> SQSError:
 
 def missing(parameter: str) -> SQSError:
     return SQSError("MissingParameter", f"The request must contain the parameter {parameter}.")
-
-
-def admit(quotas: Quotas, application: str) -> None:
-    """Charge one signed request to ``application``'s rate (:mod:`queuey.quotas`):
-    SQS's ``RequestThrottled`` when it is over."""
-    try:
-        quotas.admit(application)
-    except Throttled as exc:
-        raise SQSError(
-            "RequestThrottled", f"Rate exceeded. {exc}", retry_after=exc.retry_after
-        ) from None
-
-
-def check_new_queue(check, application: str) -> None:
-    """``check(application)`` before creating a queue: SQS's ``OverLimit`` when
-    the application has its most queues."""
-    try:
-        check(application)
-    except TooManyQueues as exc:
-        raise SQSError("OverLimit", f"Too many queues. {exc}") from None
 
 
 def batch_failure(entry_id: str, error: SQSError) -> dict:

@@ -62,8 +62,7 @@ def new_queue(request, params, application: str) -> QueueMeta:
         params.dead_letter_queue,
         changed={"delay", "max_attempts"},
     )
-    request.registry.workqueues.check_new_queue(application)
-    return request.storage.create_queue(
+    return request.registry.workqueues.create_queue(
         QueueMeta(
             application=application,
             name=name,
