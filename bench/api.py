@@ -49,7 +49,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, wait_http  # noqa: E402
+from bench.common import free_port, start_pserve, stop_process_group, wait_http  # noqa: E402
 
 APP, KEY = "bench", "bench-key"
 #: The bench application's SigV4 secret (bench/sqs.py).
@@ -214,12 +214,7 @@ class Server:
             "threads_per_worker": threads,
             "request_log": log_level,
         }
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "pserve"), str(ini)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(workdir / f"{backend}-{server}.log", "ab"),  # noqa: SIM115
-            start_new_session=True,
-        )
+        self.proc = start_pserve(ini, workdir / f"{backend}-{server}.log")
         wait_http(f"http://127.0.0.1:{self.port}/__lbheartbeat__", timeout=120)
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0
@@ -240,12 +235,7 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait(timeout=30)
+        stop_process_group(self.proc)
 
 
 def request(conn: http.client.HTTPConnection, method: str, path: str, body=None):

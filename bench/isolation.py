@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.api import BODY_200, INI, WRK_DIR, ensure_wrk, tree_cpu  # noqa: E402
-from bench.common import free_port, wait_http  # noqa: E402
+from bench.common import free_port, start_pserve, stop_process_group, wait_http  # noqa: E402
 
 KEY = "isolation-key"
 APPLICATIONS = """
@@ -105,12 +105,7 @@ class ShippedServer:
             ),
             encoding="utf-8",
         )
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "pserve"), str(ini)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(workdir / "isolation.log", "ab"),  # noqa: SIM115
-            start_new_session=True,
-        )
+        self.proc = start_pserve(ini, workdir / "isolation.log")
         wait_http(f"http://127.0.0.1:{self.port}/__lbheartbeat__", timeout=120)
         self.ps = psutil.Process(self.proc.pid)
 
@@ -118,12 +113,7 @@ class ShippedServer:
         return tree_cpu(self.ps)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait(timeout=30)
+        stop_process_group(self.proc)
 
 
 def create_queue(port: int, app: str, name: str) -> None:
@@ -134,6 +124,21 @@ def create_queue(port: int, app: str, name: str) -> None:
     conn.close()
     if response.status != 201:
         raise RuntimeError(f"creating {app}/{name}: {response.status} {data[:200]!r}")
+
+
+def post_once(
+    conn: http.client.HTTPConnection, port: int, path: str, body, headers: dict[str, str]
+) -> tuple[int, http.client.HTTPConnection]:
+    """One ``POST``, its answer read: its status (0 when it failed on the way)
+    and the connection to use next (a fresh one after a failure)."""
+    try:
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status, conn
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        return 0, http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -154,17 +159,10 @@ def trickle(port: int, rate: float, seconds: float) -> dict:
         pause = due - time.monotonic()
         if pause > 0:
             time.sleep(pause)
-        try:
-            conn.request("POST", "/queue/trickle", body, headers("trickle"))
-            response = conn.getresponse()
-            response.read()
-            statuses[response.status] += 1
-        except (OSError, http.client.HTTPException):
-            statuses[0] += 1
-            conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            continue
-        latencies.append((time.monotonic() - due) * 1000)
+        status, conn = post_once(conn, port, "/queue/trickle", body, headers("trickle"))
+        statuses[status] += 1
+        if status:
+            latencies.append((time.monotonic() - due) * 1000)
     conn.close()
     return {
         "rate_per_s": rate,
@@ -227,15 +225,8 @@ def flood_threads(port: int, app: str, connections: int, seconds: float, body_fi
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         seen: Counter[int] = Counter()
         while time.monotonic() < deadline:
-            try:
-                conn.request("POST", f"/queue/{app}", body, headers(app))
-                response = conn.getresponse()
-                response.read()
-                seen[response.status] += 1
-            except (OSError, http.client.HTTPException):
-                seen[0] += 1
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            status, conn = post_once(conn, port, f"/queue/{app}", body, headers(app))
+            seen[status] += 1
         conn.close()
         with lock:
             statuses.update(seen)
