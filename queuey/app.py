@@ -115,7 +115,9 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
     # Under the production server's workers, one process of its own measures
     # queues and publishes the figures; the workers follow (queuey.server).
     role = os.environ.get(ROLE_ENV, "")
-    snapshot = Path(os.environ[SHARED_DIR_ENV]) / "overview.pickle" if role else None
+    #: The server's own directory, shared by its processes (None: serving alone).
+    registry.shared_dir = Path(os.environ[SHARED_DIR_ENV]) if role else None
+    snapshot = registry.shared_dir / "overview.pickle" if role else None
     registry.overview = Overview(
         storage,
         clock,

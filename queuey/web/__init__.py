@@ -1,7 +1,5 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
-import os
-
 from queuey.quotas import load_quotas
 from queuey.web.longpoll import LongPolls
 from queuey.web.schemas import build_models
@@ -34,8 +32,6 @@ ROUTES = [
 
 
 def includeme(config) -> None:
-    from queuey.server import ROLE_ENV, SHARED_DIR_ENV  # queuey.server imports this package
-
     registry = config.registry
     settings = registry.queuey_settings
     registry.api_models = build_models(
@@ -46,9 +42,8 @@ def includeme(config) -> None:
     config.include("queuey.web.metrics")
     # Under the production server's workers, request budgets are shared
     # through its directory (queuey.quotas); alone, they live in this process.
-    shared = os.environ.get(SHARED_DIR_ENV) if os.environ.get(ROLE_ENV) else None
     registry.quotas = load_quotas(
-        settings, lambda: registry.applications, registry.clock, shared_dir=shared
+        settings, lambda: registry.applications, registry.clock, shared_dir=registry.shared_dir
     )
     registry.long_polls = LongPolls(
         settings.reserve_max_waiting,
