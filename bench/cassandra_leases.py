@@ -29,7 +29,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.errors import StorageUnavailable
-from queuey.storage import NewMessage, QueueMeta
+from queuey.model import NewMessage, QueueMeta
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.cassandra.session import P_WORK
 

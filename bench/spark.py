@@ -44,9 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from queuey import ids  # noqa: E402
 from queuey.clock import ManualClock  # noqa: E402
+from queuey.model import NewMessage, QueueMeta, ReadQuery  # noqa: E402
 from queuey.spark import StorageConnection, local_session, queue_rdd  # noqa: E402
 from queuey.spark.slices import DEFAULT_PAGE_SIZE  # noqa: E402
-from queuey.storage import NewMessage, QueueMeta, ReadQuery, load_backend  # noqa: E402
+from queuey.storage import load_backend  # noqa: E402
 
 APPLICATION = "bench"
 BODY = {

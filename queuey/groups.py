@@ -36,7 +36,8 @@ from kazoo.retry import KazooRetry
 from queuey.clock import Clock
 from queuey.errors import QueueNotFound, ServiceError
 from queuey.ids import MICROS
-from queuey.storage import QueueMeta, ReadQuery, Storage
+from queuey.model import QueueMeta, ReadQuery
+from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from typing import Any
 from queuey.clock import Clock
 from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
-from queuey.storage import PartitionStats, QueueMeta, Storage, SubscriptionStats
+from queuey.model import PartitionStats, QueueMeta, SubscriptionStats
+from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,7 @@ from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
 from queuey.ids import InvalidId
-from queuey.placement import partition_for_key
-from queuey.quotas import Quotas
-from queuey.storage import (
+from queuey.model import (
     DeadLetter,
     Delivery,
     Message,
@@ -39,8 +37,10 @@ from queuey.storage import (
     QueueStats,
     ReadQuery,
     ReceiptStatus,
-    Storage,
 )
+from queuey.placement import partition_for_key
+from queuey.quotas import Quotas
+from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from pyramid.view import view_config
 
 from queuey import ids
 from queuey.admin.queues import queue_page
+from queuey.model import ReadQuery
 from queuey.placement import random_partition
-from queuey.storage import ReadQuery
 from queuey.web import jsonio
 from queuey.web.messages import new_message
 from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate

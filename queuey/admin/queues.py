@@ -12,7 +12,7 @@ from pyramid.view import view_config
 
 from queuey.admin.chart import charts
 from queuey.errors import QueueExists, QueueNotFound
-from queuey.storage import UPDATABLE_QUEUE_FIELDS, QueueMeta
+from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.queues import new_queue
 from queuey.web.security import Permission

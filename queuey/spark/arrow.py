@@ -30,8 +30,8 @@ from pyspark.sql.types import (
 
 from queuey import ids
 from queuey.errors import ConfigurationError
+from queuey.model import MessagePage
 from queuey.spark.columns import page_bodies, page_hex, page_micros
-from queuey.storage import MessagePage
 
 DEFAULT_SCHEMA = StructType(
     [

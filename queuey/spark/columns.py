@@ -1,6 +1,6 @@
 """Message pages as columns: ids as hex text and timestamps, without a loop per row.
 
-A :class:`~queuey.storage.MessagePage` carries its ids as concatenated 16-byte
+A :class:`~queuey.model.MessagePage` carries its ids as concatenated 16-byte
 version-1 UUIDs; numpy reads their fields in place.
 """
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from queuey import ids
-from queuey.storage import MessagePage
+from queuey.model import MessagePage
 
 #: Two hex digits for every byte value: ids become text without a per-row loop.
 _HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")

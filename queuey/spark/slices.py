@@ -2,7 +2,7 @@
 
 A queue partition is read as one or more :class:`Slice` objects: small frozen
 dataclasses of plain values (the connection, the queue's
-:class:`~queuey.storage.QueueMeta`, a partition, a time or id range and the
+:class:`~queuey.model.QueueMeta`, a partition, a time or id range and the
 instant expiry is judged at). :func:`plan_slices` makes them where a
 connection may be opened, they are pickled to the executors, and read there
 with :func:`read_pages` through the executor's own source
@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 
 from queuey import ids
 from queuey.limits import MAX_READ
+from queuey.model import MessagePage, QueueMeta, ReadQuery
 from queuey.spark.connections import Connection
 from queuey.spark.positions import Position
 from queuey.spark.sources import Source, open_source
-from queuey.storage import MessagePage, QueueMeta, ReadQuery
 
 #: Rows fetched per storage read while reading a slice (HTTP requests carry at
 #: most ``MAX_READ`` each). Measured on Cassandra: 5000-row pages read about

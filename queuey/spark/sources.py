@@ -20,22 +20,15 @@ from typing import Protocol
 from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
 from queuey.limits import MAX_READ
+from queuey.model import Message, MessagePage, NewMessage, QueueMeta, ReadQuery
 from queuey.spark.connections import Connection, HttpConnection, StorageConnection
-from queuey.storage import (
-    Message,
-    MessagePage,
-    NewMessage,
-    QueueMeta,
-    ReadQuery,
-    Storage,
-    load_backend,
-)
+from queuey.storage import Storage, load_backend
 
 
 class Source(Protocol):
     """What the Spark code needs from a store, whichever way it is reached.
 
-    Reads take a :class:`~queuey.storage.ReadQuery` whose ``partitions`` is the
+    Reads take a :class:`~queuey.model.ReadQuery` whose ``partitions`` is the
     one queue partition read (the Spark code never merges partitions).
     """
 

@@ -32,12 +32,12 @@ from pyspark.sql.types import StructType
 
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ
+from queuey.model import Message, QueueMeta, ReadQuery
 from queuey.spark.batch import SlicePartition, read_batches
 from queuey.spark.options import NAME, ReadOptions
 from queuey.spark.positions import Position, check_position, position_key
 from queuey.spark.slices import Slice
 from queuey.spark.sources import Source, open_source, read_forward
-from queuey.storage import Message, QueueMeta, ReadQuery
 
 try:  # PySpark 4.2+: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import Row, StructType
 
 from queuey.errors import ConfigurationError
+from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key
 from queuey.settings import DEFAULTS
 from queuey.spark.connections import StorageConnection
@@ -34,7 +35,6 @@ from queuey.spark.options import (
     required_option,
 )
 from queuey.spark.sources import Source, open_source
-from queuey.storage import NewMessage, QueueMeta
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from typing import Any
 from queuey.applications import Application
 from queuey.clock import Clock
 from queuey.errors import QueueExists, QueueNotFound
+from queuey.model import Delivery, NewMessage, QueueMeta
 from queuey.settings import Settings
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
@@ -23,7 +24,7 @@ from queuey.sqs import queues as qs
 from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.sending import new_message
-from queuey.storage import Delivery, NewMessage, QueueMeta, Storage
+from queuey.storage import Storage
 from queuey.web.longpoll import LongPolls
 from queuey.workqueue import WorkQueues
 

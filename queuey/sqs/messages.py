@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from queuey import ids
+from queuey.model import Message
 from queuey.sqs.errors import SQSError, invalid
-from queuey.storage import Message
 
 #: Characters SQS accepts in a body or string attribute (its documented set).
 _INVALID_TEXT = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -41,16 +41,10 @@ from typing import Any
 
 from queuey.clock import Clock
 from queuey.errors import QueueNotFound, ServiceError
+from queuey.model import AttributesChanged, MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import partition_for_key
 from queuey.sqs.errors import SQSError, invalid
-from queuey.storage import (
-    AttributesChanged,
-    MessageRef,
-    NewMessage,
-    QueueMeta,
-    ReadQuery,
-    Storage,
-)
+from queuey.storage import Storage
 from queuey.workqueue import WorkQueues, own_attributes
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """SQS queues on Queuey queues: names, URLs, ARNs and queue attributes.
 
 An SQS queue is a Queuey queue; what SQS calls a queue attribute is a
-:class:`~queuey.storage.QueueMeta` field where Queuey has one
+:class:`~queuey.model.QueueMeta` field where Queuey has one
 (``VisibilityTimeout`` is ``visibility_timeout``, ``DelaySeconds`` is
 ``delay``, ``MessageRetentionPeriod`` is ``ttl``, ``RedrivePolicy`` is
 ``max_attempts`` with ``dead_letter_queue``, ``FifoQueue`` is ``fifo``) and an
@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from queuey import ids
+from queuey.model import QueueMeta
 from queuey.sqs.errors import SQSError
-from queuey.storage import QueueMeta
 
 STANDARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 FIFO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")

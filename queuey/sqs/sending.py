@@ -8,12 +8,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key, random_partition
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs import queues as qs
 from queuey.sqs.errors import invalid, missing
-from queuey.storage import NewMessage, QueueMeta
 
 
 def new_message(

@@ -9,8 +9,8 @@ from pyramid.view import view_config
 
 from queuey import ids
 from queuey.limits import MAX_READ
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import partition_for_key, random_partition
-from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.web import jsonio
 from queuey.web.params import (
     PATTERN_WORDS,

@@ -6,7 +6,7 @@ import uuid
 
 from pyramid.view import view_config
 
-from queuey.storage import QueueMeta
+from queuey.model import QueueMeta
 from queuey.web.params import InvalidParameters, form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
 from queuey.web.security import Permission

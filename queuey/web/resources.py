@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pyramid.decorator import reify
 
 from queuey.errors import QueueNotFound
-from queuey.storage import MetadataChanges, QueueMeta
+from queuey.model import QueueMeta
+from queuey.storage import MetadataChanges
 from queuey.web.params import queue_name
 
 

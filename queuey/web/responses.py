@@ -8,7 +8,7 @@ from typing import Any
 from pyramid.response import Response
 
 from queuey import ids
-from queuey.storage import Delivery, Message, QueueMeta
+from queuey.model import Delivery, Message, QueueMeta
 from queuey.web import jsonio
 
 CONTENT_TYPE = "application/json"

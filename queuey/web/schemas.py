@@ -44,7 +44,7 @@ from queuey.limits import (
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT,
 )
-from queuey.storage import RECEIPT_PATTERN
+from queuey.model import RECEIPT_PATTERN
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 #: A name that addresses an existing queue: besides the names this API

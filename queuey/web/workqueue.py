@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyramid.view import view_config
 
-from queuey.storage import ReceiptStatus
+from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
 from queuey.web.responses import deliveries_response, ok, seconds_or_none
 from queuey.web.security import Permission

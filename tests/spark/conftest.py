@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from queuey.clock import ManualClock
-from queuey.storage import Message, NewMessage, QueueMeta, Storage
+from queuey.model import Message, NewMessage, QueueMeta
+from queuey.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

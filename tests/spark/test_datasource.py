@@ -8,7 +8,7 @@ import pytest
 
 from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
-from queuey.storage import ReadQuery
+from queuey.model import ReadQuery
 
 pytestmark = pytest.mark.spark
 

@@ -9,10 +9,10 @@ import pytest
 
 from queuey import ids
 from queuey.ids import to_micros
+from queuey.model import QueueMeta
 from queuey.spark.connections import StorageConnection
 from queuey.spark.positions import check_position, position_key
 from queuey.spark.slices import Bounds, Slice, plan_partition
-from queuey.storage import QueueMeta
 
 pytestmark = pytest.mark.unit
 

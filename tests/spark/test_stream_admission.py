@@ -15,8 +15,9 @@ import pytest
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.errors import ConfigurationError
+from queuey.model import NewMessage
 from queuey.spark.sources import open_source
-from queuey.storage import NewMessage, load_backend
+from queuey.storage import load_backend
 from tests.spark.test_stream_reader import make_reader, read_batch
 from tests.spark.test_streaming import BatchFiles, input_rows, run_available_now, stream
 from tests.support import wait_until

@@ -18,9 +18,9 @@ from pyspark.sql.types import Row, StringType, StructField, StructType
 
 from queuey.clock import SYSTEM_CLOCK
 from queuey.errors import ConfigurationError
+from queuey.model import ReadQuery
 from queuey.spark.stream_writer import QueueyStreamWriter, TaskDedupIds
 from queuey.spark.writer import QueueyCommitMessage, RowMessage, Sink, WriteTotals
-from queuey.storage import ReadQuery
 from tests.spark.conftest import needs_available_now
 
 BODY_SCHEMA = StructType([StructField("body", StringType())])

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from queuey.clock import SYSTEM_CLOCK
-from queuey.storage import NewMessage, load_backend
+from queuey.model import NewMessage
+from queuey.storage import load_backend
 from tests.spark.conftest import needs_available_now
 from tests.support import wait_until
 

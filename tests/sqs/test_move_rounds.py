@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from queuey.model import NewMessage, QueueMeta
 from queuey.sqs import movetasks
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.queues import Place
-from queuey.storage import NewMessage, QueueMeta
 from queuey.workqueue import WorkQueues
 from tests.support import wait_until
 

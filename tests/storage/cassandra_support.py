@@ -13,7 +13,7 @@ from typing import Any
 from cassandra.query import BatchStatement, BoundStatement
 
 from queuey import ids
-from queuey.storage import NewMessage
+from queuey.model import NewMessage
 from queuey.storage.cassandra import CassandraStorage
 from tests.support import CASSANDRA_KEYSPACE
 

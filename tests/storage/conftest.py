@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from queuey.storage import QueueMeta
+from queuey.model import QueueMeta
 from queuey.storage.cassandra import CassandraStorage, load_from_config
 from tests.storage.cassandra_support import KEYSPACE, Recorder
 

@@ -14,14 +14,8 @@ import pytest
 
 from queuey import ids
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
-from queuey.storage import (
-    AttributesChanged,
-    MessageRef,
-    NewMessage,
-    QueueMeta,
-    ReadQuery,
-    Storage,
-)
+from queuey.model import AttributesChanged, MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.storage import Storage
 
 
 def body(n: int) -> str:

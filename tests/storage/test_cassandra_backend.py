@@ -8,7 +8,7 @@ import pytest
 from cassandra import ConsistencyLevel
 
 from queuey.errors import StorageUnavailable
-from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.storage.cassandra import load_from_config, upgrade_schema
 from tests.storage.cassandra_support import KEYSPACE, put, raw
 from tests.support import free_port

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from queuey.storage import NewMessage, ReadQuery
+from queuey.model import NewMessage, ReadQuery
 from tests.storage.cassandra_support import KEYSPACE, MICROS, bigint, put, raw
 
 

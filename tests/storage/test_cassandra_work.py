@@ -17,7 +17,7 @@ from cassandra import ConsistencyLevel
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.storage import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
 from queuey.storage.cassandra import leases, load_from_config, upgrade_schema
 from queuey.storage.cassandra import schema as schema_module
 from queuey.storage.cassandra import writes as writes_module

@@ -8,7 +8,7 @@ import pytest
 from cassandra.query import BatchType
 
 from queuey.errors import StorageUnavailable
-from queuey.storage import NewMessage, ReadQuery
+from queuey.model import NewMessage, ReadQuery
 from queuey.storage.cassandra import CassandraStorage, load_from_config, parse_settings
 from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL
 from tests.storage.cassandra_support import KEYSPACE, MICROS, put, raw

@@ -1,6 +1,6 @@
 import pytest
 
-from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from tests.storage.contract import StorageContract
 from tests.storage.work_contract import WorkQueueContract

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from queuey.errors import StorageUnavailable
-from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.group_commit import GroupCommit

@@ -11,7 +11,7 @@ import pytest
 from queuey import ids
 from queuey.cli import main
 from queuey.errors import StorageUnavailable
-from queuey.storage import ReadQuery
+from queuey.model import ReadQuery
 from queuey.storage.sqlite import SQLiteStorage, schema_version, upgrade_schema
 from queuey.storage.sqlite.schema import SCHEMA_VERSION, tiebreak
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from queuey.errors import ConfigurationError, StorageUnavailable
-from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage, load_from_config
 from tests.support import wait_until
 

@@ -12,7 +12,7 @@ import pytest
 
 from queuey import ids
 from queuey.clock import ManualClock
-from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage, load_from_config, workqueue
 from tests.support import wait_until
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from queuey.errors import QueueNotFound, StorageUnavailable
-from queuey.storage import NewMessage, QueueMeta, ReadQuery
+from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from queuey.storage.sqlite.batches import BatchDeleter
 from tests.web.calls import create, post

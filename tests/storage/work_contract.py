@@ -18,14 +18,8 @@ import pytest
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.storage import (
-    MessageRef,
-    NewMessage,
-    QueueMeta,
-    ReadQuery,
-    Storage,
-    parse_receipt,
-)
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
+from queuey.storage import Storage
 from queuey.workqueue import WorkQueues, dead_letter_dedup_id
 
 S = ids.MICROS

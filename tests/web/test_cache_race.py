@@ -111,7 +111,7 @@ def test_update_is_seen_at_once_despite_a_concurrent_read(hooked):
 def test_a_load_overlapping_a_whole_change_is_not_cached():
     """Pure logic of QueueCache: a reader that fetched metadata before a change
     began and stores it after the change ended must not keep it."""
-    from queuey.storage import QueueMeta
+    from queuey.model import QueueMeta
     from queuey.web.resources import QueueCache
 
     cache = QueueCache(ttl=60)

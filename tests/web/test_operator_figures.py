@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from queuey.model import NewMessage, QueueMeta
 from queuey.overview import Overview
-from queuey.storage import NewMessage, QueueMeta
 from tests.web.calls import create, post
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from queuey.storage import RECEIPT_PATTERN
+from queuey.model import RECEIPT_PATTERN
 from tests.web.calls import ack, create, extend, post, release, reserve, reserved
 
 WORK_FIELDS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "delay")

@@ -23,8 +23,7 @@ from cassandra.query import BatchStatement, BatchType
 from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
-from queuey.settings import dedup_window
-from queuey.storage import (
+from queuey.model import (
     DeadLetter,
     Message,
     MessagePage,
@@ -35,8 +34,9 @@ from queuey.storage import (
     ReadQuery,
     ReceiptStatus,
     Reserved,
-    Storage,
 )
+from queuey.settings import dedup_window
+from queuey.storage import Storage
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version

@@ -38,7 +38,7 @@ from cassandra.query import UNSET_VALUE
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.storage import Message, NewMessage, QueueMeta
+from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.cassandra.reads import message_of
 from queuey.storage.cassandra.session import (
     DRIVER_ERRORS,

@@ -17,7 +17,7 @@ again), ``R`` released (available again at ``visible_at``), ``A`` acked,
 ``G`` gone (the message expired or was deleted while it had a slot).
 
 A slot's ``generation`` is empty until a reopen (redrive), which draws a new
-one; it travels with the next dead letter (:class:`queuey.storage.DeadLetter`).
+one; it travels with the next dead letter (:class:`queuey.model.DeadLetter`).
 A reopen of a message whose slot was reused draws one too, so it never
 depends on the slot having been kept.
 """
@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from queuey import ids
-from queuey.storage import ReceiptStatus
+from queuey.model import ReceiptStatus
 
 LEASED, RELEASED, ACKED, CLAIMED, DEAD, GONE = "L", "R", "A", "C", "D", "G"
 #: States after which the message is never delivered again (unless reopened).
@@ -133,7 +133,7 @@ class LeaseState:
         )
 
     def claim(self, slot: Slot, now: int, claim_timeout: int) -> Slot:
-        """Claim for dead-lettering (see :class:`queuey.storage.DeadLetter`)."""
+        """Claim for dead-lettering (see :class:`queuey.model.DeadLetter`)."""
         return self.put(
             replace(
                 slot, token=new_token(), state=CLAIMED, visible_at=now + claim_timeout * ids.MICROS

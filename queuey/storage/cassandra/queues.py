@@ -10,7 +10,7 @@ from dataclasses import astuple, replace
 from typing import Any
 
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
-from queuey.storage import UPDATABLE_QUEUE_FIELDS, QueueMeta, merge_attributes
+from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta, merge_attributes
 from queuey.storage.cassandra.session import P_META
 from queuey.storage.cassandra.statements import Connection
 

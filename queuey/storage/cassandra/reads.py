@@ -4,7 +4,7 @@ per-partition reader.
 A read works out its bounds once (:class:`ReadPlan`), then walks each queue
 partition's bucket index and buckets in read order (:class:`PartitionReader`),
 all partitions concurrently, and merges them with
-:func:`queuey.storage.merge_partitions`. Only about one page per partition is
+:func:`queuey.model.merge_partitions`. Only about one page per partition is
 held at a time, however many messages the buckets hold.
 """
 
@@ -19,7 +19,7 @@ from cassandra.cluster import ResponseFuture
 from cassandra.query import BoundStatement, PreparedStatement
 
 from queuey import ids
-from queuey.storage import Message, MessagePage, QueueMeta, ReadQuery, merge_partitions
+from queuey.model import Message, MessagePage, QueueMeta, ReadQuery, merge_partitions
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection, RangeStatements
 

@@ -21,15 +21,7 @@ from typing import TYPE_CHECKING
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.storage import (
-    DeadLetter,
-    Delivery,
-    Message,
-    QueueMeta,
-    ReadQuery,
-    Reserved,
-    make_receipt,
-)
+from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.session import consistency_profile

@@ -161,7 +161,7 @@ def _v4(cfg: CassandraSettings) -> list[str]:
 
 def _v5(cfg: CassandraSettings) -> list[str]:
     """A slot's generation, drawn anew by each reopen (redrive): a dead letter's
-    ``dedup_id`` includes it (:class:`queuey.storage.DeadLetter`)."""
+    ``dedup_id`` includes it (:class:`queuey.model.DeadLetter`)."""
     return [f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (generation text)"]
 
 

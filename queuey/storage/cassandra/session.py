@@ -40,7 +40,7 @@ from cassandra.protocol import ErrorMessage
 from cassandra.query import tuple_factory
 
 from queuey.errors import StorageUnavailable
-from queuey.storage import QueueMeta
+from queuey.model import QueueMeta
 from queuey.storage.cassandra.settings import CassandraSettings
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.storage import (
+from queuey.model import (
     DeadLetter,
     Message,
     MessageRef,

@@ -14,13 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from queuey.storage import (
-    PartitionStats,
-    QueueMeta,
-    QueueStats,
-    ReadQuery,
-    SubscriptionStats,
-)
+from queuey.model import PartitionStats, QueueMeta, QueueStats, ReadQuery, SubscriptionStats
 from queuey.storage.cassandra.leases import CLAIMED, FINISHED, LEASED, RELEASED
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan, hidden
 from queuey.storage.cassandra.session import consistency_profile

@@ -27,7 +27,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, BoundStateme
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.storage import Message, NewMessage, QueueMeta
+from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.cassandra.dedup import claim_dedup_ids, mark_written
 from queuey.storage.cassandra.reads import delayed_id
 from queuey.storage.cassandra.session import consistency_profile, execute_all, remaining

@@ -19,7 +19,7 @@ from typing import Any
 from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
-from queuey.storage import (
+from queuey.model import (
     UPDATABLE_QUEUE_FIELDS,
     DeadLetter,
     Message,
@@ -30,10 +30,10 @@ from queuey.storage import (
     ReadQuery,
     ReceiptStatus,
     Reserved,
-    Storage,
     merge_attributes,
     merge_partitions,
 )
+from queuey.storage import Storage
 from queuey.storage.sqlite.batches import BatchDeleter, retire
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit

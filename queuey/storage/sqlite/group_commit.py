@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
-from queuey.storage import Message, NewMessage, QueueMeta
+from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.sqlite.database import Database, WriteLockTimeout, unavailable
 from queuey.storage.sqlite.minting import DedupIds, Minter
 from queuey.storage.sqlite.schema import dump_attributes, tiebreak

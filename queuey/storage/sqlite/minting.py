@@ -11,7 +11,7 @@ import sqlite3
 import uuid
 
 from queuey import ids
-from queuey.storage import Message, NewMessage, QueueMeta
+from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
 
 

@@ -17,7 +17,7 @@ above 0 are indexed by priority, so a default post costs no extra index entry
 :mod:`.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
 the ``retired`` table (incarnations a purge or delete left behind, whose rows
 are still being removed in batches); version 5 the leases' ``generation``
-(drawn anew by each reopen, see :class:`queuey.storage.DeadLetter`).
+(drawn anew by each reopen, see :class:`queuey.model.DeadLetter`).
 
 The schema is created or migrated when a storage opens the file (inside a
 write transaction, so processes opening an old file at once migrate it once),
@@ -31,7 +31,7 @@ import sqlite3
 import uuid
 
 from queuey import ids
-from queuey.storage import Message, QueueMeta
+from queuey.model import Message, QueueMeta
 
 SCHEMA_VERSION = 5
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from queuey.storage import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
+from queuey.model import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
 from queuey.storage.sqlite.schema import last_ts
 
 _NEW = (

@@ -20,7 +20,7 @@ dead       finished as dead-lettered (the claim was acked)
 ========== =================================================================
 
 A reopen (redrive) draws a new ``generation`` for the lease, which its next
-dead letter carries (see :class:`queuey.storage.DeadLetter`).
+dead letter carries (see :class:`queuey.model.DeadLetter`).
 
 ``settled_micros`` is not needed here: inside the write transaction every
 committed message is visible and no other write is in flight (SQLite has one
@@ -39,7 +39,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from queuey import ids
-from queuey.storage import (
+from queuey.model import (
     DeadLetter,
     Delivery,
     Message,
