@@ -18,7 +18,7 @@ REQUIRES = [
     "pydantic>=2.7,<3",
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
     "rich>=13.7,<16",  # the queuey CLI: tables and progress bars
-    "orjson>=3.10,<4",  # JSON in and out of the API (queuey.web.jsonio)
+    "orjson>=3.10,<4",  # JSON in and out of the API (queuey.jsonio)
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.4",  # 4.1: filter push-down; 4.2: admission control, available-now

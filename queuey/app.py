@@ -13,9 +13,9 @@ from pyramid.request import Request
 
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
+from queuey.core.groups import Groups
+from queuey.core.overview import Overview
 from queuey.errors import ConfigurationError
-from queuey.groups import Groups
-from queuey.overview import Overview
 from queuey.server import ROLE_ENV, SHARED_DIR_ENV
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend

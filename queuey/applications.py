@@ -14,7 +14,7 @@ Applications live in an INI file named by ``queuey.applications``::
     # HMAC needs it, or read from environment variables; and its account id
     sqs_secret_env = NOTIFICATIONS_SQS_SECRET
     account_id = 123456789012
-    # this application's share (queuey.quotas); each falls back to its
+    # this application's share (queuey.core.quotas); each falls back to its
     # queuey.limits.* setting, and 0 turns it off
     max_requests_per_second = 200
     max_burst = 400
@@ -65,7 +65,7 @@ class Application:
     sqs_secrets: tuple[str, ...] = ()
     #: The 12-digit account id in this application's SQS queue URLs and ARNs.
     account_id: str = ""
-    #: This application's limits (:mod:`queuey.quotas`); None: the
+    #: This application's limits (:mod:`queuey.core.quotas`); None: the
     #: ``queuey.limits.*`` setting of the same name.
     max_requests_per_second: float | None = None
     max_burst: int | None = None

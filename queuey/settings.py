@@ -55,7 +55,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.stats.max_age": "30",
     "queuey.stats.budget": "2",
     "queuey.stats.max_queues": "5000",
-    "queuey.groups.root": "/queuey/groups",
+    "queuey.core.groups.root": "/queuey/groups",
     "queuey.admin.enabled": "true",
     "queuey.admin.secret": "",
     "queuey.admin.secure_cookie": "false",
@@ -128,7 +128,7 @@ class Settings:
     #: post on this process wakes it (delayed messages, other API nodes).
     reserve_poll_interval: float
     #: Each application's share unless the applications file says otherwise
-    #: (:mod:`queuey.quotas`; 0 turns a limit off): authenticated requests
+    #: (:mod:`queuey.core.quotas`; 0 turns a limit off): authenticated requests
     #: per second and the burst above that rate, long polls waiting at once
     #: per process (unset: half of ``queuey.reserve.max_waiting``, so one
     #: application never holds every slot), queues.
@@ -145,7 +145,7 @@ class Settings:
     #: Partitions of a standard / FIFO queue created through the SQS endpoint.
     sqs_partitions: int
     sqs_fifo_partitions: int
-    #: The operators' overview (:mod:`queuey.overview`): seconds between
+    #: The operators' overview (:mod:`queuey.core.overview`): seconds between
     #: refresher passes, age at which a queue's figures are measured again,
     #: seconds of measuring per pass, most queues watched.
     stats_interval: float
@@ -190,7 +190,7 @@ def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=No
     return value
 
 
-#: Each application's limits (:mod:`queuey.quotas`): the conversion and the
+#: Each application's limits (:mod:`queuey.core.quotas`): the conversion and the
 #: range of a ``queuey.limits.*`` setting and of an application's own value
 #: (:mod:`queuey.applications`) alike.
 LIMIT_RANGES: dict[str, tuple[Callable[[str], float], float, float]] = {
@@ -265,7 +265,7 @@ def load_settings(
         stats_max_age=_get(raw, "queuey.stats.max_age", float, lambda v: v >= 0),
         stats_budget=_get(raw, "queuey.stats.budget", float, lambda v: v > 0),
         stats_max_queues=_get(raw, "queuey.stats.max_queues", int, lambda v: v >= 1),
-        groups_root=_get(raw, "queuey.groups.root", str, lambda v: v.startswith("/")),
+        groups_root=_get(raw, "queuey.core.groups.root", str, lambda v: v.startswith("/")),
         admin_enabled=_get(raw, "queuey.admin.enabled", as_bool),
         admin_secret=str(raw["queuey.admin.secret"]),
         admin_secure_cookie=_get(raw, "queuey.admin.secure_cookie", as_bool),

@@ -137,7 +137,7 @@ def cassandra_settings_for(contact_points: list[str], port: int) -> dict[str, st
     }
 
 
-#: Tests run without the operators' refresher thread (queuey.overview): it would
+#: Tests run without the operators' refresher thread (queuey.core.overview): it would
 #: outlive the test's storage and read it while it closes. Tests of the
 #: refresher call ``Overview.refresh_pass`` or set the interval themselves.
 NO_REFRESHER = {"queuey.stats.interval": "0"}

@@ -1,6 +1,6 @@
 """The queue page's two small charts of the last hour, as SVG geometry.
 
-From the overview's per-minute history (:meth:`queuey.overview.Overview.history`):
+From the overview's per-minute history (:meth:`queuey.core.overview.Overview.history`):
 depth and in-flight as lines, messages posted and acknowledged per minute as
 bars. Only numbers are computed here; ``templates/chart.jinja2`` draws them as
 inline SVG, so the page needs no script and no chart library.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from queuey.core.overview import HISTORY_MINUTES, Minute
 from queuey.ids import MICROS
-from queuey.overview import HISTORY_MINUTES, Minute
 
 WIDTH = 600
 HEIGHT = 120

@@ -3,7 +3,7 @@
 The page of queue ``jobs`` shows the messages of its dead-letter queue
 (``jobs-dead`` unless the queue names another), newest first, each with where
 it came from, its attempts and last error; redrive moves the oldest back
-through :meth:`queuey.workqueue.WorkQueues.redrive`, as the API's
+through :meth:`queuey.core.workqueues.WorkQueues.redrive`, as the API's
 ``POST /queue/{name}/redrive`` on the dead-letter queue would.
 """
 
@@ -13,11 +13,11 @@ from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
 from queuey.admin.messages import PAGE, read_page
+from queuey.core.workqueues import own_attributes
 from queuey.errors import QueueNotFound
 from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.responses import timestamp_json
 from queuey.web.security import Permission
-from queuey.workqueue import own_attributes
 
 
 def _dead_queue(request, meta):

@@ -18,8 +18,8 @@ from pyramid.exceptions import BadCSRFToken
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound, HTTPSeeOther
 from pyramid.renderers import render_to_response
 
+from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.errors import QueueNotFound, StorageUnavailable
-from queuey.quotas import Throttled, TooManyQueues
 from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.security import Refused
 

@@ -1,6 +1,6 @@
 """Consumer groups of the signed-in application: members, partition owners, lag.
 
-Read from :mod:`queuey.groups` (``registry.groups``, cached there; ``None``
+Read from :mod:`queuey.core.groups` (``registry.groups``, cached there; ``None``
 when ``queuey.zookeeper.hosts`` is not set, and the page says so).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyramid.view import view_config
 
-from queuey.groups import GroupsUnavailable
+from queuey.core.groups import GroupsUnavailable
 from queuey.web.security import Permission
 
 

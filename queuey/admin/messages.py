@@ -16,11 +16,10 @@ from __future__ import annotations
 from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
-from queuey import ids
+from queuey import ids, jsonio
 from queuey.admin.queues import queue_page
 from queuey.model import ReadQuery
 from queuey.placement import random_partition
-from queuey.web import jsonio
 from queuey.web.messages import new_message
 from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate
 from queuey.web.responses import timestamp_json

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from queuey.client.models import OutgoingMessage, ReceivedMessage
-from queuey.web.jsonio import InvalidJSON, check_depth
+from queuey.jsonio import InvalidJSON, check_depth
 
 MESSAGE_ID = re.compile(r"[0-9a-f]{32}")
 #: Prefix of the ``dedup_id`` an imported message is posted with.

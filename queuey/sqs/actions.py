@@ -15,6 +15,8 @@ from typing import Any
 
 from queuey.applications import Application
 from queuey.clock import Clock
+from queuey.core.longpoll import LongPolls
+from queuey.core.workqueues import WorkQueues
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import Delivery, NewMessage, QueueMeta
 from queuey.settings import Settings
@@ -25,8 +27,6 @@ from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.sending import new_message
 from queuey.storage import Storage
-from queuey.web.longpoll import LongPolls
-from queuey.workqueue import WorkQueues
 
 #: The subscription SQS consumers share (DESIGN.md: "one default subscription").
 SUBSCRIPTION = "default"

@@ -2,7 +2,7 @@
 
 A task runs on a thread of the API process that started it, in rounds: without
 a destination each round is a work-queue redrive
-(:meth:`queuey.workqueue.WorkQueues.redrive`: each dead letter back to the
+(:meth:`queuey.core.workqueues.WorkQueues.redrive`: each dead letter back to the
 queue and subscription it came from); with one, messages are posted to the
 destination (once, by a derived ``dedup_id``) and then deleted from the source.
 
@@ -40,12 +40,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from queuey.clock import Clock
+from queuey.core.workqueues import WorkQueues, own_attributes
 from queuey.errors import QueueNotFound, ServiceError
 from queuey.model import AttributesChanged, MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import partition_for_key
 from queuey.sqs.errors import SQSError, invalid
 from queuey.storage import Storage
-from queuey.workqueue import WorkQueues, own_attributes
 
 log = logging.getLogger(__name__)
 

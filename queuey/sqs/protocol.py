@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
+from queuey import jsonio
 from queuey.sqs import query
 from queuey.sqs.errors import SQSError
-from queuey.web import jsonio
 
 JSON_TYPE = "application/x-amz-json-1.0"
 XML_TYPE = "text/xml"

@@ -15,8 +15,8 @@ import uuid
 from pyramid.response import Response
 from pyramid.security import NO_PERMISSION_REQUIRED
 
+from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.errors import StorageUnavailable
-from queuey.quotas import Throttled, TooManyQueues
 from queuey.sqs import protocol, sigv4
 from queuey.sqs.actions import Caller, SQSService
 from queuey.sqs.errors import SQSError
@@ -50,7 +50,7 @@ def endpoint(request):
         # view ran (queuey.web.bodies, answered by queuey.sqs.limits).
         body = request.body
         application = _authenticate(request, body)
-        registry.quotas.admit(application.name)  # its rate (queuey.quotas)
+        registry.quotas.admit(application.name)  # its rate (queuey.core.quotas)
         call = protocol.read_call(
             request.method,
             request.headers.get("X-Amz-Target"),

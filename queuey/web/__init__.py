@@ -1,9 +1,9 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
-from queuey.quotas import load_quotas
-from queuey.web.longpoll import LongPolls
+from queuey.core.longpoll import LongPolls
+from queuey.core.quotas import load_quotas
+from queuey.core.workqueues import WorkQueues
 from queuey.web.schemas import build_models
-from queuey.workqueue import WorkQueues
 
 ROUTES = [
     # name, pattern, factory
@@ -41,7 +41,7 @@ def includeme(config) -> None:
         config.add_route(name, pattern, factory=factory)
     config.include("queuey.web.metrics")
     # Under the production server's workers, request budgets are shared
-    # through its directory (queuey.quotas); alone, they live in this process.
+    # through its directory (queuey.core.quotas); alone, they live in this process.
     registry.quotas = load_quotas(
         settings, lambda: registry.applications, registry.clock, shared_dir=registry.shared_dir
     )

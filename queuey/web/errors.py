@@ -8,14 +8,14 @@ from pyramid.exceptions import PredicateMismatch, URLDecodeError
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound
 from pyramid.view import exception_view_config, forbidden_view_config, notfound_view_config
 
+from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.errors import (
     InvalidUpdate,
     QueueExists,
     QueueNotFound,
     StorageUnavailable,
 )
-from queuey.quotas import Throttled, TooManyQueues
-from queuey.web.jsonio import InvalidJSON, NotJSON
+from queuey.jsonio import InvalidJSON, NotJSON
 from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.responses import error
 from queuey.web.security import Refused

@@ -7,11 +7,10 @@ from typing import Any
 
 from pyramid.view import view_config
 
-from queuey import ids
+from queuey import ids, jsonio
 from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import partition_for_key, random_partition
-from queuey.web import jsonio
 from queuey.web.params import (
     PATTERN_WORDS,
     InvalidParameters,

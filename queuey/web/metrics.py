@@ -117,7 +117,7 @@ class QueueCollector(Collector):
     """Per-queue and per-group gauges, read from the operators' caches.
 
     A scrape never touches storage or ZooKeeper: it copies what the refresher
-    of :class:`queuey.overview.Overview` last measured, so its cost grows with
+    of :class:`queuey.core.overview.Overview` last measured, so its cost grows with
     the number of watched queues (at most ``queuey.stats.max_queues``, which
     also bounds the label sets), not with the messages they hold.
     """

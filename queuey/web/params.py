@@ -1,7 +1,7 @@
 """Reading requests through the models of :mod:`queuey.web.schemas`.
 
 Query strings and form bodies are decoded here as strict UTF-8 (WebOb would
-raise from deep inside a view); JSON bodies go through :mod:`queuey.web.jsonio`;
+raise from deep inside a view); JSON bodies go through :mod:`queuey.jsonio`;
 pydantic's :class:`~pydantic.ValidationError` becomes one
 :class:`InvalidParameters` naming every bad field.
 """
@@ -15,9 +15,8 @@ from urllib.parse import unquote_to_bytes
 
 from pydantic import BaseModel, ValidationError
 
-from queuey import ids
+from queuey import ids, jsonio
 from queuey.errors import ServiceError
-from queuey.web import jsonio
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
     DEAD_LETTER_PATTERN,

@@ -7,9 +7,8 @@ from typing import Any
 
 from pyramid.response import Response
 
-from queuey import ids
+from queuey import ids, jsonio
 from queuey.model import Delivery, Message, QueueMeta
-from queuey.web import jsonio
 
 CONTENT_TYPE = "application/json"
 

@@ -174,7 +174,7 @@ class QueueySecurityPolicy:
 
     def _charged(self, request, identity: Identity, allowed: Allowed) -> Allowed:
         """Charge an allowed, authenticated request to its application's rate,
-        once per request (:mod:`queuey.quotas`; raises ``Throttled``). A caller
+        once per request (:mod:`queuey.core.quotas`; raises ``Throttled``). A caller
         without a valid key costs the application nothing."""
         if identity.key_valid and identity.address_allowed:
             if not request.__dict__.get("_queuey_charged"):

@@ -1,7 +1,7 @@
 """Work-queue routes: reserve (with long polling), ack, release, extend, stats, redrive.
 
-The views validate and answer; :mod:`queuey.workqueue` does the work (leases
-through storage, dead letters, redrive) and :mod:`queuey.web.longpoll` bounds
+The views validate and answer; :mod:`queuey.core.workqueues` does the work (leases
+through storage, dead letters, redrive) and :mod:`queuey.core.longpoll` bounds
 the waiting.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pyramid.view import view_config
 
+from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
 from queuey.web.responses import deliveries_response, ok, seconds_or_none
 from queuey.web.security import Permission
-from queuey.workqueue import Reservation
 
 
 def _body_limit(request) -> int:

@@ -1,7 +1,7 @@
 """Isolation between applications on the server as shipped (granian, 2 worker
 processes): an application's requests per second are its rate for the whole
 server, whichever worker each connection lands on (the buckets are shared
-through the server's directory, queuey.quotas), while its neighbour is served
+through the server's directory, queuey.core.quotas), while its neighbour is served
 throughout; its queue cap holds across workers too."""
 
 from __future__ import annotations

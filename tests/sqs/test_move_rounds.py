@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from queuey.core.workqueues import WorkQueues
 from queuey.model import NewMessage, QueueMeta
 from queuey.sqs import movetasks
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.queues import Place
-from queuey.workqueue import WorkQueues
 from tests.support import wait_until
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Isolation between applications on the SQS endpoint (queuey.quotas): a
+"""Isolation between applications on the SQS endpoint (queuey.core.quotas): a
 throttled application gets SQS's ``RequestThrottled`` (HTTP 403, as SQS sends
 it, which real SDKs retry), a full one ``OverLimit`` on CreateQueue; other
 applications and unsigned callers do not touch its budget."""

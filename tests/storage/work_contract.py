@@ -17,10 +17,10 @@ import uuid
 import pytest
 
 from queuey import ids
+from queuey.core.workqueues import WorkQueues, dead_letter_dedup_id
 from queuey.errors import StorageUnavailable
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
 from queuey.storage import Storage
-from queuey.workqueue import WorkQueues, dead_letter_dedup_id
 
 S = ids.MICROS
 #: Slack allowed between "now + delay" and a delayed message's timestamp: a

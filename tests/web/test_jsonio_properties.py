@@ -1,4 +1,4 @@
-"""orjson's fast path in :mod:`queuey.web.jsonio` answers as the reference parser.
+"""orjson's fast path in :mod:`queuey.jsonio` answers as the reference parser.
 
 For any JSON text (and any bytes at all), :func:`jsonio.loads` returns what the
 standard library path (:func:`jsonio._strict_loads` after
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from queuey import jsonio
 from queuey.errors import ServiceError
 from queuey.limits import MAX_JSON_DEPTH
-from queuey.web import jsonio
 
 pytestmark = pytest.mark.unit
 

@@ -38,7 +38,7 @@ def serve(request, tmp_path, applications_file, test_apps):
         path = path or tmp_path / f"long-poll-{len(servers)}.sqlite3"
         base = server_settings(request, applications_file, "sqlite", path)
         # One application plays every caller here: its own cap of waiting
-        # calls (queuey.quotas, tests/web/test_quotas.py) is off.
+        # calls (queuey.core.quotas, tests/web/test_quotas.py) is off.
         base["queuey.limits.max_waiting_polls"] = "0"
         base.update(settings)
         server = start_live_server(queuey.main({}, **base), test_apps.app, threads=THREADS)

@@ -1,5 +1,5 @@
 """Queue figures for operators: measured in the background, cached, exposed to
-Prometheus without a storage scan per scrape (queuey.overview, /metrics)."""
+Prometheus without a storage scan per scrape (queuey.core.overview, /metrics)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from queuey.core.overview import Overview
 from queuey.model import NewMessage, QueueMeta
-from queuey.overview import Overview
 from tests.web.calls import create, post
 
 pytestmark = pytest.mark.unit

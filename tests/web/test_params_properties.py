@@ -13,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from queuey import ids
+from queuey import ids, jsonio
 from queuey.limits import MAX_READ
-from queuey.web import jsonio
 from queuey.web.params import InvalidParameters, parse_pairs, validate
 from queuey.web.schemas import build_models
 

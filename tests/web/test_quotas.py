@@ -1,4 +1,4 @@
-"""Isolation between applications (queuey.quotas) on the native API and the
+"""Isolation between applications (queuey.core.quotas) on the native API and the
 admin pages: each application's requests per second (429 + ``Retry-After``),
 its waiting long polls, its queues; the rules themselves (the token bucket on
 an injected clock, the buckets shared by several processes); the limits read
@@ -16,10 +16,10 @@ import webtest
 import queuey
 from queuey.applications import load_applications
 from queuey.clock import ManualClock
+from queuey.core.longpoll import LongPolls
+from queuey.core.quotas import SharedBuckets, take_token
 from queuey.errors import ConfigurationError
-from queuey.quotas import SharedBuckets, take_token
 from queuey.settings import load_settings
-from queuey.web.longpoll import LongPolls
 from tests.admin.conftest import ADMIN_SETTINGS
 from tests.admin.conftest import sign_in as admin_sign_in
 from tests.support import KEY, server_settings, start_live_server, wait_until

@@ -6,7 +6,7 @@ and reads, at most ``queuey.reserve.max_waiting`` calls wait at once per
 process; one more answers at once (with what storage has, maybe nothing), and
 the server's ``threads`` leave room above that (see ``development.ini``).
 So that one application cannot hold every slot, each application has a cap of
-its own (``max_waiting_polls``, :mod:`queuey.quotas`): past it, its next call
+its own (``max_waiting_polls``, :mod:`queuey.core.quotas`): past it, its next call
 answers at once too, and the remaining slots stay free for the others.
 
 A waiting call sleeps on its queue's signal: a post, a release without delay
@@ -115,7 +115,7 @@ class LongPolls:
 
     def hold(self, application: str, seconds: float) -> bool:
         """Park a refused call of ``application`` for ``seconds`` on one of its
-        waiting slots (a throttled request, :mod:`queuey.quotas`): a client
+        waiting slots (a throttled request, :mod:`queuey.core.quotas`): a client
         that loops on refusals then mostly waits instead of costing CPU.
         Without a free slot, answers False at once."""
         if seconds <= 0:

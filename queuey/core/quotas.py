@@ -16,7 +16,7 @@ and overrides per application in the applications file
   looping on them would otherwise take the server's CPU from everyone.
 * **waiting long polls** (``max_waiting_polls``): most ``reserve`` /
   ``ReceiveMessage`` calls of one application long-polling at once in one
-  server process (:class:`queuey.web.longpoll.LongPolls` asks
+  server process (:class:`queuey.core.longpoll.LongPolls` asks
   :meth:`Quotas.max_waiting_polls`). One more answers at once, as when the
   process-wide ``queuey.reserve.max_waiting`` is reached, so another
   application's long poll still finds a free slot.
@@ -218,7 +218,7 @@ class Quotas:
         self.defaults = defaults
         #: Longest pause before a refusal (``queuey.limits.throttle_hold``), and
         #: where a refused request waits it out: ``hold(application, seconds)``,
-        #: False without a free slot (:meth:`queuey.web.longpoll.LongPolls.hold`).
+        #: False without a free slot (:meth:`queuey.core.longpoll.LongPolls.hold`).
         self.hold_seconds = hold_seconds
         self.hold: Callable[[str, float], bool] = lambda application, seconds: False
         #: The configured applications as they are now (asked on every call).

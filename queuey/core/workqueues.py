@@ -25,6 +25,7 @@ from typing import Protocol
 
 from queuey import ids
 from queuey.clock import Clock
+from queuey.core.quotas import Quotas
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
 from queuey.ids import InvalidId
 from queuey.model import (
@@ -39,7 +40,6 @@ from queuey.model import (
     ReceiptStatus,
 )
 from queuey.placement import partition_for_key
-from queuey.quotas import Quotas
 from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class WorkQueues:
     # -- queues -----------------------------------------------------------------
     def create_queue(self, meta: QueueMeta) -> QueueMeta:
         """Create a queue for a caller (every door's one way): within its
-        application's queue limit (:meth:`queuey.quotas.Quotas.check_new_queue`,
+        application's queue limit (:meth:`queuey.core.quotas.Quotas.check_new_queue`,
         ``TooManyQueues``), then stored (``QueueExists`` when the name is taken).
         Dead-letter queues made by :meth:`dead_letter_queue` skip the limit:
         refusing one would leave its source's failed messages cycling."""
