@@ -165,7 +165,7 @@ def test_a_lease_write_that_timed_out_is_resolved_by_reading_it_back(store, queu
     store.put_messages(queue, [NewMessage("{}", 1, 600)])
     (delivery,) = reserve(store, queue, clock, partitions=[1]).deliveries
     _, mid, token = parse_receipt(delivery.receipt)
-    work, c = store._work, store._connection()
+    work, c = store._work.table, store._connection()
     acked = work.load(c, queue, "s", [1])[1]
     released = work.load(c, queue, "s", [1])[1]
     assert acked.ack(mid, token) == "acked"

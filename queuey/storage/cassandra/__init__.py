@@ -43,10 +43,11 @@ The modules, one job each: :mod:`.settings` (the ``queuey.cassandra.*`` keys),
 :mod:`.session` (driver set-up, consistency, error wrapping), :mod:`.statements`
 (prepared CQL), :mod:`.schema` (migrations), :mod:`.queues` (queue rows),
 :mod:`.writes`, :mod:`.dedup` and :mod:`.reads` (the message paths),
-:mod:`.leases` (a subscription's state and its rules, no I/O), :mod:`.turns`,
-:mod:`.workqueue` (lease I/O, ack, release, extend, reopen),
-:mod:`.reservation` (reserve), :mod:`.workstats` (stats) and :mod:`.backend`
-(:class:`CassandraStorage`).
+:mod:`.leases` (a subscription's state and its rules, no I/O), :mod:`.turns`
+(this process's turns on lease partitions), :mod:`.leasetable` (lease I/O),
+:mod:`.rounds` (the conditional rounds every change runs), :mod:`.workqueue`
+(ack, release, extend, reopen), :mod:`.reservation` (reserve),
+:mod:`.workstats` (stats) and :mod:`.backend` (:class:`CassandraStorage`).
 
 Besides ``load_from_config``, this package offers the schema commands the
 ``queuey schema`` CLI looks for on a backend module: ``upgrade_schema(settings)``

@@ -56,7 +56,7 @@ from queuey.storage.cassandra.settings import (
     parse_settings,
 )
 from queuey.storage.cassandra.statements import Connection, Statements
-from queuey.storage.cassandra.workqueue import WorkQueues
+from queuey.storage.cassandra.workqueue import CassandraWorkQueue
 from queuey.storage.cassandra.writes import MessageWriter
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class CassandraStorage(Storage):
         self.write_timeout_seconds = config.request_timeout
         self._max_ttl_micros = config.max_ttl * MICROS
         self._writer = MessageWriter(config, clock, dedup_window)
-        self._work = WorkQueues(config, self._max_ttl_micros)
+        self._work = CassandraWorkQueue(config, self._max_ttl_micros)
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._closed = False

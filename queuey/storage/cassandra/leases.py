@@ -1,8 +1,9 @@
 """A subscription's state in one queue partition, and the rules that change it.
 
-Pure logic, no I/O: :mod:`.workqueue` reads a :class:`LeaseState` from its
-Cassandra partition, applies these transitions and writes back only the slots
-they touched, conditionally on the version it read.
+Pure logic, no I/O: :mod:`.leasetable` reads a :class:`LeaseState` from its
+Cassandra partition, :mod:`.workqueue` and :mod:`.reservation` apply these
+transitions, and the table writes back only the slots they touched,
+conditionally on the version it read.
 
 The state is a few *positions* (one per priority: every message of that
 priority at or before it has been handed out, so later calls only look after

@@ -4,31 +4,30 @@ A call reads, for each queue partition it may serve (all at once), the
 subscription's lease partition, the priorities the queue partition used and
 the new messages after each priority's position; picks the best candidates
 over all of them (priority, then available again before new, then oldest);
-and writes each touched lease partition conditionally (:mod:`.workqueue`).
-Partitions whose write lost a race are read again and the call goes on until
-it has ``limit`` messages or nothing is left, so contention costs latency,
-never a wrong answer.
+and writes each touched lease partition conditionally. Partitions whose write
+lost a race are read again and the call goes on until it has ``limit``
+messages or nothing is left (:func:`.rounds.run_rounds`), so contention costs
+latency, never a wrong answer.
 """
 
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+from cassandra.cluster import ResponseFuture
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
 from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
+from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
+from queuey.storage.cassandra.rounds import run_rounds
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
-
-if TYPE_CHECKING:
-    from queuey.storage.cassandra.workqueue import WorkQueues
 
 #: Most rows one reserve reads past a position, per queue partition and priority.
 SCAN_ROWS = 2000
@@ -36,8 +35,10 @@ SCAN_ROWS = 2000
 FANOUT = 32
 #: Most dead letters one reserve claims per queue partition.
 CLAIMS = 100
-#: Conditional rounds for one call before answering "unavailable" (contention).
-ROUNDS = 40
+
+#: One partition's share of a round: its deliveries (each with its rank), its
+#: dead-letter claims, and whether it may have more to give.
+Served = tuple[list[tuple[tuple, Delivery]], list[DeadLetter], bool]
 
 
 @dataclass
@@ -52,14 +53,15 @@ class View:
     capacity: int = 0  # free slots: how many new messages it can hand out
 
 
-class Reservation:
+class ReserveCall:
     """One reserve call of ``sub`` on ``queue``."""
 
-    def __init__(self, work: WorkQueues, c: Connection, queue: QueueMeta, sub: str) -> None:
-        self.work = work
+    def __init__(self, table: LeaseTable, c: Connection, queue: QueueMeta, sub: str) -> None:
+        self.table = table
         self.c = c
         self.queue = queue
         self.sub = sub
+        self._priorities: dict[int, ResponseFuture] = {}
 
     def run(
         self,
@@ -77,85 +79,61 @@ class Reservation:
         settled = min(settled_micros, now_micros)
         deliveries: list[tuple[tuple, Delivery]] = []
         dead: list[DeadLetter] = []
-        pending = parts
-        contended = False
-        for attempt in range(ROUNDS):
-            if not pending or len(deliveries) >= limit:
-                break
+
+        def change(states: dict[int, LeaseState]) -> dict[int, Served]:
+            """One choice over the partitions held: ``(deliveries, claims, more)``
+            per partition, kept only if its write applies."""
             need = limit - len(deliveries)
-            held = self.work.take_turns(self.queue, self.sub, pending)
-            try:
-                pending = [p for p in pending if p not in held]
-                contended = self._round(
-                    held, need, visibility_timeout, now_micros, settled, deliveries, dead, pending
-                )
-            finally:
-                self.work.turns.give_back([self._key(p) for p in held])
-            if pending and contended:
-                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
-        else:
-            if contended and not deliveries and not dead:
-                raise StorageUnavailable("cassandra: reserve: too much contention, retry")
+            views = self._views(states, need, now_micros)
+            picks = _choose(views, need)
+            return {
+                p: self._apply(view, picks.get(p, []), visibility_timeout, now_micros, settled)
+                for p, view in views.items()
+            }
+
+        def keep(partition: int, result: Served) -> bool:
+            got, claimed, more = result
+            deliveries.extend(got)
+            dead.extend(claimed)
+            return more
+
+        outcome = run_rounds(
+            self.table,
+            self.c,
+            queue,
+            self.sub,
+            parts,
+            change,
+            keep,
+            enough=lambda: len(deliveries) >= limit,
+            before_load=self._read_priorities,
+        )
+        if not outcome.finished and outcome.contended and not deliveries and not dead:
+            raise StorageUnavailable("cassandra: reserve: too much contention, retry")
         deliveries.sort(key=lambda d: d[0])
         return Reserved(deliveries=[d for _, d in deliveries], dead_letters=dead)
 
-    def _key(self, partition: int) -> tuple:
-        return (self.queue.incarnation, self.sub, partition)
-
-    def _round(
-        self,
-        parts: list[int],
-        need: int,
-        visibility_timeout: int,
-        now_micros: int,
-        settled: int,
-        deliveries: list,
-        dead: list[DeadLetter],
-        pending: list[int],
-    ) -> bool:
-        """One read-choose-write round over ``parts``; extends ``deliveries``,
-        ``dead`` and ``pending`` (partitions to look at again); whether a
-        write lost a race."""
-        queue = self.queue
-        views = self._views(parts, need, now_micros)
-        picks = _choose(views, need)
-        dirty: list[tuple[View, list[tuple[tuple, Delivery]], list[DeadLetter], bool]] = []
-        for p, view in views.items():
-            got, claimed, more = self._apply(
-                view, picks.get(p, []), visibility_timeout, now_micros, settled
-            )
-            if view.state.dirty:
-                dirty.append((view, got, claimed, more))
-            elif more:
-                pending.append(p)
-        applied = self.work.commit(self.c, queue, self.sub, [d[0].state for d in dirty])
-        for (view, got, claimed, more), ok in zip(dirty, applied, strict=True):
-            if ok:
-                deliveries.extend(got)
-                dead.extend(claimed)
-                if more:
-                    pending.append(view.state.partition)
-            else:
-                pending.append(view.state.partition)
-        return not all(applied)
-
-    def _views(self, parts: Sequence[int], need: int, now: int) -> dict[int, View]:
-        """Each partition's state, available-again slots and new messages."""
+    def _read_priorities(self, parts: Sequence[int]) -> None:
+        """Start reading which priorities each partition used (while the
+        lease partitions are read)."""
         c, queue = self.c, self.queue
-        futures = [
-            c.session.execute_async(
+        self._priorities = {
+            p: c.session.execute_async(
                 c.st.queue_priorities,
                 (queue.incarnation, p),
                 execution_profile=consistency_profile(queue),
-                timeout=self.work.timeout,
+                timeout=self.table.timeout,
             )
             for p in parts
-        ]
-        states = self.work.load(c, queue, self.sub, parts)
+        }
+
+    def _views(self, states: dict[int, LeaseState], need: int, now: int) -> dict[int, View]:
+        """Each partition's state, available-again slots and new messages."""
+        queue = self.queue
         views: dict[int, View] = {}
         readers = []
-        for p, future in zip(parts, futures, strict=True):
-            state = states[p]
+        for p, state in states.items():
+            future = self._priorities[p]
             if queue.fifo and _in_flight(state, now):
                 # A FIFO partition hands out nothing while any of it is in
                 # flight; the conditional write still checks this state.
@@ -216,7 +194,7 @@ class Reservation:
         )
         c = self.c
         plan = ReadPlan.make(
-            c, self.queue, query, self.work.max_ttl_micros, direct=query.after_id is not None
+            c, self.queue, query, self.table.max_ttl_micros, direct=query.after_id is not None
         )
         if plan is None:
             return None
@@ -231,7 +209,7 @@ class Reservation:
         visibility_timeout: int,
         now: int,
         settled: int,
-    ) -> tuple[list[tuple[tuple, Delivery]], list[DeadLetter], bool]:
+    ) -> Served:
         """Lease the picks, claim the dead letters and move the positions in
         ``view.state``; returns the deliveries (with their rank), the claims
         and whether the partition may have more to give."""
@@ -240,7 +218,7 @@ class Reservation:
         again = [x for x in picks if isinstance(x, Slot)]
         fresh = [x for x in picks if isinstance(x, Message)]
         named = again + view.claims
-        bodies = self.work.messages(c, queue, p, named, now) if named else {}
+        bodies = self.table.messages(c, queue, p, named, now) if named else {}
         deliveries: list[tuple[tuple, Delivery]] = []
         dead: list[DeadLetter] = []
         more = len(picks) < len(view.again) + min(len(view.fresh), view.capacity)

@@ -12,16 +12,12 @@ partition, beyond which a count is a lower bound.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from queuey.model import PartitionStats, QueueMeta, QueueStats, ReadQuery, SubscriptionStats
 from queuey.storage.cassandra.leases import CLAIMED, FINISHED, LEASED, RELEASED
+from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan, hidden
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
-
-if TYPE_CHECKING:
-    from queuey.storage.cassandra.workqueue import WorkQueues
 
 #: Most message ids counted per queue partition and scan.
 COUNT_CAP = 1_000_000
@@ -30,7 +26,7 @@ COUNT_PAGE = 5000
 
 
 def _reader(
-    work: WorkQueues,
+    table: LeaseTable,
     c: Connection,
     queue: QueueMeta,
     partition: int,
@@ -42,7 +38,7 @@ def _reader(
     query = ReadQuery(
         partitions=[partition], now_micros=now, limit=COUNT_PAGE, order="ascending", after_id=after
     )
-    plan = ReadPlan.make(c, queue, query, work.max_ttl_micros, delayed_too=delayed_too)
+    plan = ReadPlan.make(c, queue, query, table.max_ttl_micros, delayed_too=delayed_too)
     if plan is None:
         return None
     if priority == 0:
@@ -60,9 +56,9 @@ def _started(readers: list) -> list:
     return readers
 
 
-def queue_stats(work: WorkQueues, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
+def queue_stats(table: LeaseTable, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
     parts = queue.partition_numbers
-    readers = _started([_reader(work, c, queue, p, 0, None, now, False) for p in parts])
+    readers = _started([_reader(table, c, queue, p, 0, None, now, False) for p in parts])
     partitions = []
     for p, reader in zip(parts, readers, strict=True):
         count, oldest = 0, None
@@ -75,29 +71,29 @@ def queue_stats(work: WorkQueues, c: Connection, queue: QueueMeta, now: int) -> 
     subs = sorted(
         row[0]
         for row in c.session.execute(
-            c.st.list_subscriptions, (queue.incarnation,), timeout=work.timeout
+            c.st.list_subscriptions, (queue.incarnation,), timeout=table.timeout
         )
     )
-    used = _priorities(work, c, queue, parts)
+    used = _priorities(table, c, queue, parts)
     return QueueStats(
         messages=sum(p.messages for p in partitions),
         oldest_timestamp=min(
             (p.oldest_timestamp for p in partitions if p.oldest_timestamp), default=None
         ),
         partitions=partitions,
-        subscriptions=[_subscription(work, c, queue, s, parts, used, now) for s in subs],
+        subscriptions=[_subscription(table, c, queue, s, parts, used, now) for s in subs],
     )
 
 
 def _priorities(
-    work: WorkQueues, c: Connection, queue: QueueMeta, parts: list[int]
+    table: LeaseTable, c: Connection, queue: QueueMeta, parts: list[int]
 ) -> dict[int, list[int]]:
     futures = [
         c.session.execute_async(
             c.st.queue_priorities,
             (queue.incarnation, p),
             execution_profile=consistency_profile(queue),
-            timeout=work.timeout,
+            timeout=table.timeout,
         )
         for p in parts
     ]
@@ -108,7 +104,7 @@ def _priorities(
 
 
 def _subscription(
-    work: WorkQueues,
+    table: LeaseTable,
     c: Connection,
     queue: QueueMeta,
     sub: str,
@@ -116,7 +112,7 @@ def _subscription(
     used: dict[int, list[int]],
     now: int,
 ) -> SubscriptionStats:
-    states = work.load(c, queue, sub, parts)
+    states = table.load(c, queue, sub, parts)
     available = in_flight = delayed = dead = 0
     oldest: int | None = None
 
@@ -129,7 +125,7 @@ def _subscription(
         state = states[p]
         dead += state.dead_lettered
         open_slots = [s for s in state.slots.values() if s.state not in FINISHED]
-        live = work.messages(c, queue, p, open_slots, now) if open_slots else {}
+        live = table.messages(c, queue, p, open_slots, now) if open_slots else {}
         for s in open_slots:
             if s.message_id not in live:
                 continue
@@ -142,7 +138,7 @@ def _subscription(
                 seen(s.timestamp)
         for q in used[p]:
             after = state.positions.get(q)
-            scans.append((state, q, _reader(work, c, queue, p, q, after, now, True)))
+            scans.append((state, q, _reader(table, c, queue, p, q, after, now, True)))
     _started([r for _, _, r in scans])
     for state, q, reader in scans:
         if reader is None:
