@@ -7,6 +7,7 @@ retries in :mod:`~queuey.client.retry`, its answers in
 through ZooKeeper and keeps each partition's checkpoint there
 (:mod:`~queuey.client.group`, with :mod:`~queuey.client.member`,
 :mod:`~queuey.client.assignment`, :mod:`~queuey.client.lease`,
+:mod:`~queuey.client.ownership`, :mod:`~queuey.client.partition_watch`,
 :mod:`~queuey.client.checkpoint` and :mod:`~queuey.client.discovery`);
 ``Worker`` runs a job over the partitions its member owns and
 ``ReserveWorker`` over the messages a work-queue subscription leases it

@@ -17,7 +17,8 @@ whose owner node still exists sets a watch and waits for it to go. So at any
 moment a partition has at most one owner, whatever the members believe.
 
 How a member pauses when its ZooKeeper session is in doubt, and rejoins after
-losing it, is :mod:`queuey.client.member`; the checkpoint nodes are
+losing it, is :mod:`queuey.client.member`; how it takes and gives up owner
+nodes is :mod:`queuey.client.ownership`; the checkpoint nodes are
 :mod:`queuey.client.checkpoint`; a partition owned is a
 :class:`~queuey.client.lease.PartitionLease`.
 
@@ -32,11 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import queue
-import random
 import socket
 import threading
 import time
@@ -44,14 +43,15 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from queuey.client.assignment import Partition, assign
-from queuey.client.checkpoint import Checkpoint, CheckpointStore, CheckpointUnavailable
+from queuey.client.checkpoint import Checkpoint, CheckpointStore
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
-from queuey.client.member import GroupMember
+from queuey.client.ownership import PartitionOwner
+from queuey.client.partition_watch import PartitionWatch
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class GroupStats:
     sessions: int = 0
 
 
-class ConsumerGroup(GroupMember):
+class ConsumerGroup(PartitionOwner):
     """One member of a consumer group.
 
     ``hosts``: the ZooKeeper connection string (may end in a chroot,
@@ -112,35 +112,31 @@ class ConsumerGroup(GroupMember):
         self.rebalance_timeout = rebalance_timeout
         self.discovery_interval = discovery_interval
         self.checkpoints = CheckpointStore(self.base, self.member_id, mirror)
+        self._watch = PartitionWatch(
+            group, discover, discovery_interval, self._stopping, self._request_reconcile
+        )
         self.stats = GroupStats()
 
-        self._leases: dict[Partition, PartitionLease] = {}
-        self._leases_lock = threading.Lock()
-        self._partitions: list[Partition] = []
         self._members: list[str] = []
         self._desired: set[Partition] = set()
         self._unsettled_since: float | None = None
         self._waiting_warned = False
         self._coordinator: threading.Thread | None = None
-        self._discoverer: threading.Thread | None = None
         self._resync_interval = max(0.2, min(2.0, rebalance_timeout / 5))
 
     # ------------------------------------------------------------ public
 
     def start(self, timeout: float | None = None) -> None:
         """Connect, discover partitions and join; returns once joined."""
-        self._refresh_partitions()
+        self._watch.refresh()
         self._connect(timeout if timeout is not None else self.connect_timeout)
         self._coordinator = threading.Thread(
             target=self._coordinate, name=f"queuey-group-{self.group}", daemon=True
         )
         self._coordinator.start()
-        self._discoverer = threading.Thread(
-            target=self._discover_loop, name=f"queuey-discovery-{self.group}", daemon=True
-        )
-        self._discoverer.start()
+        self._watch.start()
         self._start_heartbeat()
-        self._events.put(("reconcile", None))
+        self._request_reconcile()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Leave the group: finish held batches, commit, release every partition."""
@@ -150,9 +146,9 @@ class ConsumerGroup(GroupMember):
         self._events.put(("stop", None))
         if self._coordinator is not None:
             self._coordinator.join(timeout)
-        for thread in (self._discoverer, self._heartbeater):
-            if thread is not None:
-                thread.join(timeout)
+        self._watch.join(timeout)
+        if self._heartbeater is not None:
+            self._heartbeater.join(timeout)
         self._notify()
 
     def leases(self) -> list[PartitionLease]:
@@ -173,7 +169,7 @@ class ConsumerGroup(GroupMember):
 
     @property
     def partitions(self) -> list[Partition]:
-        return list(self._partitions)
+        return list(self._watch.partitions)
 
     @property
     def settled(self) -> bool:
@@ -186,11 +182,6 @@ class ConsumerGroup(GroupMember):
         """Every partition's committed checkpoint for a queue, from ZooKeeper."""
         return self.checkpoints.read_queue(self.zk, queue_name)
 
-    # ------------------------------------------------------ owner nodes
-
-    def _owner_path(self, key: Partition) -> str:
-        return f"{self.base}/owners/{key[0]}/{key[1]}"
-
     # ------------------------------------------------------- session
 
     def _on_connect(self, zk: KazooClient) -> None:
@@ -200,11 +191,8 @@ class ConsumerGroup(GroupMember):
         ChildrenWatch(zk, f"{self.base}/members", self._on_members)
 
     def _on_members(self, children: list[str]) -> bool | None:
-        self._events.put(("reconcile", None))
+        self._request_reconcile()
         return False if self._stopping.is_set() else None
-
-    def _on_owner_event(self, event: object) -> None:
-        self._events.put(("reconcile", None))
 
     # ------------------------------------------------------- coordinator
 
@@ -245,14 +233,6 @@ class ConsumerGroup(GroupMember):
                 log.exception("group %s: unexpected error in the coordinator", self.group)
                 next_resync = time.monotonic() + self._resync_interval
 
-    def _forget_session(self) -> None:
-        with self._leases_lock:
-            for lease in self._leases.values():
-                lease.active = False
-            self._leases.clear()
-        self._joined = False
-        self._notify()
-
     def _reconcile(self) -> None:
         if self._stopping.is_set() or not self._running.is_set():
             return
@@ -265,7 +245,7 @@ class ConsumerGroup(GroupMember):
             self._joined = False
             self._join()
             members = sorted(zk.get_children(f"{self.base}/members"))
-        partitions = list(self._partitions)
+        partitions = list(self._watch.partitions)
         desired = set(assign(members, partitions).get(self.member_id, []))
         changed = members != self._members or desired != self._desired
         self._members = members
@@ -286,16 +266,6 @@ class ConsumerGroup(GroupMember):
             self._acquire(key)
         self._check_settled()
 
-    def _reactivate(self, lease: PartitionLease) -> None:
-        """A partition wanted again after a release failed half-way: still ours?"""
-        if lease._owner_is_us():
-            lease.active = True
-            self._notify()
-        else:
-            with self._leases_lock:
-                if self._leases.get(lease.key) is lease:
-                    del self._leases[lease.key]
-
     def _check_settled(self) -> None:
         if self._unsettled_since is None:
             return
@@ -310,7 +280,7 @@ class ConsumerGroup(GroupMember):
                 self.group,
                 self.member_id,
                 len(self._desired),
-                len(self._partitions),
+                len(self._watch.partitions),
                 len(self._members),
                 waited,
             )
@@ -323,69 +293,6 @@ class ConsumerGroup(GroupMember):
                 self.rebalance_timeout,
             )
 
-    def _acquire(self, key: Partition) -> None:
-        zk = self.zk
-        path = self._owner_path(key)
-        data = json.dumps({"member": self.member_id, "session": self._session}).encode()
-        try:
-            zk.create(path, data, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            try:
-                _, stat = zk.get(path)
-            except NoNodeError:
-                self._events.put(("reconcile", None))
-                return
-            if stat.ephemeralOwner != self._session:
-                # Someone still owns it: wait for the node to go.
-                if zk.exists(path, watch=self._on_owner_event) is None:
-                    self._events.put(("reconcile", None))
-                return
-        try:
-            committed, version = self.checkpoints.read(self.zk, key)
-        except CheckpointUnavailable as exc:
-            # Never start over from the beginning: let the partition go and try later.
-            log.warning("group %s: not consuming %s:%s yet: %s", self.group, *key, exc)
-            self._delete_owner(key, self._session)
-            return
-        lease = PartitionLease(self, key, self._session, committed, version)
-        with self._leases_lock:
-            self._leases[key] = lease
-        log.info(
-            "group %s: acquired %s:%s from %s",
-            self.group,
-            *key,
-            committed.message_id if committed else "the beginning",
-        )
-        self._notify()
-
-    def _release(self, lease: PartitionLease) -> None:
-        """Stop work on a partition, commit what finished, delete its owner node."""
-        self._give_up(lease)
-        with self._leases_lock:
-            if self._leases.get(lease.key) is lease:
-                del self._leases[lease.key]
-        log.info("group %s: released %s:%s", self.group, *lease.key)
-        self._notify()
-
-    def _give_up(self, lease: PartitionLease) -> None:
-        """Deactivate a lease, wait for the batch in hand, commit what finished, drop the owner."""
-        lease.active = False
-        with lease:
-            if lease.dirty and self._running.is_set() and self._session == lease.session:
-                lease._commit_held()
-            self._delete_owner(lease.key, lease.session)
-
-    def _delete_owner(self, key: Partition, session: int | None) -> None:
-        """Delete a partition's owner node if ``session`` holds it."""
-        path = self._owner_path(key)
-        try:
-            _, stat = self.zk.get(path)
-        except NoNodeError:
-            return
-        if stat.ephemeralOwner == session:
-            with contextlib.suppress(NoNodeError):
-                self.zk.delete(path, version=stat.version)
-
     def _leave(self) -> None:
         """Delete the member node first (others start rebalancing), then release all."""
         zk = self.zk
@@ -395,10 +302,7 @@ class ConsumerGroup(GroupMember):
             try:
                 with contextlib.suppress(NoNodeError):
                     zk.delete(self._member_path)
-                with self._leases_lock:
-                    leases = list(self._leases.values())
-                for lease in leases:
-                    self._give_up(lease)
+                self._give_up_all()
             except KazooException as exc:
                 log.warning(
                     "group %s: leaving cleanly failed (%s); the session end will "
@@ -411,35 +315,6 @@ class ConsumerGroup(GroupMember):
         self._running.clear()
         self._close(zk)
         log.info("group %s: %s left", self.group, self.member_id)
-
-    # -------------------------------------------------------- discovery
-
-    def _discover_loop(self) -> None:
-        while not self._stopping.wait(self.discovery_interval * random.uniform(0.8, 1.0)):
-            if self._refresh_partitions():
-                self._events.put(("reconcile", None))
-
-    def _refresh_partitions(self) -> bool:
-        try:
-            found = sorted(set(self.discover()))
-        except Exception as exc:  # noqa: BLE001 - keep the last list; try again later
-            log.warning(
-                "group %s: discovering queues failed (%s); keeping %d partition(s)",
-                self.group,
-                exc,
-                len(self._partitions),
-            )
-            return False
-        if found == self._partitions:
-            return False
-        log.info(
-            "group %s: %d partition(s) to consume (was %d)",
-            self.group,
-            len(found),
-            len(self._partitions),
-        )
-        self._partitions = found
-        return True
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ import pytest
 from queuey import ids
 from queuey.clock import ManualClock
 from queuey.model import NewMessage, QueueMeta, ReadQuery
-from queuey.storage.sqlite import SQLiteStorage, load_from_config, workqueue
+from queuey.storage.sqlite import SQLiteStorage, load_from_config
+from queuey.storage.sqlite import reservation as workqueue
 from tests.support import wait_until
 
 DEADLINE = 30.0

@@ -1,9 +1,11 @@
 """The SQLite backend: :class:`SQLiteStorage` (``load_from_config`` is in :mod:`.config`).
 
-Queues, reads, deletes, checkpoints and the expiry sweep; writes of messages
-go through :mod:`.group_commit`, connections through :mod:`.database`, work
-queues through :mod:`.workqueue` and :mod:`.stats`, and the sweep runs in the
-background (:mod:`.sweeper`), never on a request.
+The storage interface over one file, and the expiry sweep; queue metadata
+goes through :mod:`.queues`, writes of messages through :mod:`.group_commit`,
+reads and deletes through :mod:`.messages`, work queues through
+:mod:`.workqueue` and :mod:`.stats`, consumers' checkpoints through
+:mod:`.checkpoints`, connections through :mod:`.database`, and the sweep runs
+in the background (:mod:`.sweeper`), never on a request.
 """
 
 from __future__ import annotations
@@ -12,15 +14,13 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
+from queuey.errors import StorageUnavailable
 from queuey.model import (
-    UPDATABLE_QUEUE_FIELDS,
     DeadLetter,
     Message,
     MessageRef,
@@ -30,26 +30,18 @@ from queuey.model import (
     ReadQuery,
     ReceiptStatus,
     Reserved,
-    merge_attributes,
-    merge_partitions,
 )
 from queuey.storage import Storage
-from queuey.storage.sqlite.batches import BatchDeleter, retire
+from queuey.storage.sqlite.batches import BatchDeleter
+from queuey.storage.sqlite.checkpoints import read_checkpoints, write_checkpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
-from queuey.storage.sqlite.schema import (
-    COLUMNS,
-    QUEUE_COLUMNS,
-    last_ts,
-    migrate,
-    queue_row,
-    row_to_message,
-    row_to_queue,
-    tiebreak,
-)
-from queuey.storage.sqlite.stats import queue_stats
+from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
+from queuey.storage.sqlite.queues import QueueCatalog
+from queuey.storage.sqlite.schema import migrate
+from queuey.storage.sqlite.stats import read_stats
 from queuey.storage.sqlite.sweeper import Sweeper
-from queuey.storage.sqlite.workqueue import WorkQueues
+from queuey.storage.sqlite.workqueue import SqliteWorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +112,8 @@ class SQLiteStorage(Storage):
         self._db = Database(self.path, busy_timeout)
         self._metadata_changes: SharedCounter | None = None
         self._commits = GroupCommit(self._db, clock, dedup_window)
-        self._work = WorkQueues(self._db)
+        self._queues = QueueCatalog(self._db, clock)
+        self._work = SqliteWorkQueue(self._db)
         # A lambda, not the bound method: the sweep is looked up at each run.
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
@@ -135,42 +128,15 @@ class SQLiteStorage(Storage):
 
     # -- queues -------------------------------------------------------------------
     def create_queue(self, meta: QueueMeta) -> QueueMeta:
-        if not meta.created:
-            meta = replace(meta, created=self.clock.now_micros())
-        with self._db.write() as conn:
-            try:
-                conn.execute(
-                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                    queue_row(meta),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise QueueExists(meta.name) from exc
-        return meta
-
-    def _get_queue(self, conn: sqlite3.Connection, application: str, name: str) -> QueueMeta:
-        row = conn.execute(
-            f"SELECT {QUEUE_COLUMNS} FROM queues WHERE application = ? AND name = ?",
-            (application, name),
-        ).fetchone()
-        if row is None:
-            raise QueueNotFound(name)
-        return row_to_queue(row)
+        return self._queues.create(meta)
 
     def get_queue(self, application: str, name: str) -> QueueMeta:
-        return self._db.run(lambda: self._get_queue(self._reader(), application, name))
+        return self._queues.get(application, name)
 
     def list_queues(
         self, application: str, limit: int = 100, after: str | None = None
     ) -> list[QueueMeta]:
-        def query() -> list[QueueMeta]:
-            rows = self._reader().execute(
-                f"SELECT {QUEUE_COLUMNS} FROM queues WHERE application = ? AND name > ? "
-                "ORDER BY name LIMIT ?",
-                (application, after or "", limit),
-            )
-            return [row_to_queue(row) for row in rows]
-
-        return self._db.run(query)
+        return self._queues.list(application, limit, after)
 
     def update_queue(
         self,
@@ -182,61 +148,24 @@ class SQLiteStorage(Storage):
         attributes_if: Mapping[str, str | None] | None = None,
         **changes: Any,
     ) -> QueueMeta:
-        unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
-        if unknown:
-            raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
-        with self._db.write() as conn:
-            meta = self._get_queue(conn, application, name)
-            if changes.get("partitions") is not None and changes["partitions"] < meta.partitions:
-                raise InvalidUpdate("partitions may only grow")
-            attributes = merge_attributes(
-                meta.attributes,
-                changes.get("attributes"),
-                attributes_set,
-                attributes_removed,
-                attributes_if,
-            )
-            given = {k: v for k, v in changes.items() if v is not None}
-            meta = replace(meta, **{**given, "attributes": attributes})
-            conn.execute(
-                "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
-                "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "
-                "attributes = ? WHERE application = ? AND name = ?",
-                (
-                    *queue_row(meta)[2:6],
-                    *queue_row(meta)[8:12],
-                    queue_row(meta)[13],
-                    application,
-                    name,
-                ),
-            )
-        return meta
+        return self._queues.update(
+            application,
+            name,
+            attributes_set=attributes_set,
+            attributes_removed=attributes_removed,
+            attributes_if=attributes_if,
+            changes=changes,
+        )
 
     def delete_queue(self, application: str, name: str) -> None:
         """Remove the queue at once; its rows go afterwards, in batches (see the class)."""
-        with self._db.write() as conn:
-            meta = self._get_queue(conn, application, name)
-            conn.execute(
-                "DELETE FROM queues WHERE application = ? AND name = ?", (application, name)
-            )
-            conn.execute(
-                "DELETE FROM checkpoints WHERE application = ? AND queue = ?", (application, name)
-            )
-            retire(conn, meta.incarnation, self.clock.now_micros())
-        self._reclaim_after_change(meta.incarnation)
+        self._reclaim_after_change(self._queues.delete(application, name))
 
     def purge_queue(self, application: str, name: str) -> QueueMeta:
         """Switch the queue to a new incarnation at once; the old one's rows go
         afterwards, in batches (see the class)."""
-        with self._db.write() as conn:
-            meta = self._get_queue(conn, application, name)
-            fresh = replace(meta, incarnation=uuid.uuid4().hex)
-            conn.execute(
-                "UPDATE queues SET incarnation = ? WHERE application = ? AND name = ?",
-                (fresh.incarnation, application, name),
-            )
-            retire(conn, meta.incarnation, self.clock.now_micros())
-        self._reclaim_after_change(meta.incarnation)
+        fresh, retired = self._queues.purge(application, name)
+        self._reclaim_after_change(retired)
         return fresh
 
     def _reclaim_after_change(self, incarnation: str) -> None:
@@ -262,107 +191,24 @@ class SQLiteStorage(Storage):
         return self._commits.put(queue, messages)
 
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
-        descending = query.order == "descending"
-        where = ["incarnation = ?", "partition = ?", "ts <= ?", "expires > ?"]
-        params: list[Any] = [query.now_micros]
-        if query.after_id is not None:
-            where.append("(ts, tiebreak) > (?, ?)")
-            params += [ids.micros_of(query.after_id), tiebreak(query.after_id)]
-        if query.after_micros is not None:
-            where.append("ts > ?")
-            params.append(query.after_micros)
-        if query.until_micros is not None:
-            where.append("ts < ?")
-            params.append(query.until_micros)
-        direction = "DESC" if descending else "ASC"
-        sql = (
-            f"SELECT {COLUMNS} FROM messages WHERE {' AND '.join(where)} "
-            f"ORDER BY ts {direction}, tiebreak {direction} LIMIT ?"
-        )
-
-        def run() -> tuple[list[Message], int]:
-            conn = self._reader()
-            # One read transaction: every partition is read from the same
-            # snapshot, or a later commit in one partition could be merged in
-            # ahead of an earlier one missed in another (a skip). The cursors
-            # are consumed lazily by the merge, so a read holds one page.
-            conn.execute("BEGIN")
-            try:
-                last = last_ts(conn)
-                bound = max(query.now_micros, last)
-                cursors = [
-                    map(
-                        row_to_message,
-                        conn.execute(sql, (queue.incarnation, p, bound, *params, query.limit)),
-                    )
-                    for p in query.partitions
-                ]
-                return merge_partitions(cursors, query.limit, descending), last
-            finally:
-                conn.execute("COMMIT")
-
-        found, last = self._db.run(run)
+        """One snapshot; read again behind a fence when it returned a message
+        above its ``last_ts`` (see the class)."""
+        found, last = read_snapshot(self._db, queue, query)
         if any(m.timestamp > last for m in found):
             self._fence(query.now_micros)
-            found, _ = self._db.run(run)
+            found, _ = read_snapshot(self._db, queue, query)
         return found
 
     def _fence(self, now_micros: int) -> None:
-        """Raise ``last_ts`` to ``now_micros``: once this commits, no write in
-        flight can still commit an id at or below it (see the class docstring)."""
-        with self._db.write() as conn:
-            conn.execute(
-                "UPDATE state SET value = max(value, ?) WHERE key = 'last_ts'", (now_micros,)
-            )
+        fence(self._db, now_micros)
 
     def get_messages(
         self, queue: QueueMeta, refs: Sequence[MessageRef], now_micros: int
     ) -> list[Message]:
-        def run() -> list[Message]:
-            conn = self._reader()
-            conn.execute("BEGIN")
-            try:
-                return fetch(conn, max(now_micros, last_ts(conn)))
-            finally:
-                conn.execute("COMMIT")
-
-        def fetch(conn: sqlite3.Connection, bound: int) -> list[Message]:
-            found = []
-            for ref in refs:
-                row = conn.execute(
-                    f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
-                    "AND ts = ? AND tiebreak = ? AND expires > ? AND ts <= ?",
-                    (
-                        queue.incarnation,
-                        ref.partition,
-                        ids.micros_of(ref.id),
-                        tiebreak(ref.id),
-                        now_micros,
-                        bound,
-                    ),
-                ).fetchone()
-                if row is not None and row[0] == ref.id.bytes:
-                    found.append(row_to_message(row))
-            return found
-
-        return self._db.run(run)
+        return get_by_refs(self._db, queue, refs, now_micros)
 
     def delete_messages(self, queue: QueueMeta, refs: Sequence[MessageRef]) -> None:
-        with self._db.write() as conn:
-            conn.executemany(
-                "DELETE FROM messages WHERE incarnation = ? AND partition = ? AND ts = ? "
-                "AND tiebreak = ? AND id = ?",
-                [
-                    (
-                        queue.incarnation,
-                        ref.partition,
-                        ids.micros_of(ref.id),
-                        tiebreak(ref.id),
-                        ref.id.bytes,
-                    )
-                    for ref in refs
-                ],
-            )
+        delete_by_refs(self._db, queue, refs)
 
     def sweep_expired(self) -> int:
         """Delete every message expired by now (``clock``); returns how many went.
@@ -395,7 +241,7 @@ class SQLiteStorage(Storage):
         settled_micros: int,
     ) -> Reserved:
         """See :meth:`Storage.reserve`; ``settled_micros`` is not needed on SQLite
-        (:mod:`.workqueue` says why)."""
+        (:mod:`.reservation` says why)."""
         return self._work.reserve(
             queue, subscription, partitions, limit, visibility_timeout, now_micros
         )
@@ -433,28 +279,11 @@ class SQLiteStorage(Storage):
 
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
         """Exact counts from one read snapshot (:mod:`.stats`)."""
-
-        def run() -> QueueStats:
-            conn = self._reader()
-            conn.execute("BEGIN")
-            try:
-                return queue_stats(conn, queue, now_micros)
-            finally:
-                conn.execute("COMMIT")
-
-        return self._db.run(run)
+        return read_stats(self._db, queue, now_micros)
 
     # -- checkpoints --------------------------------------------------------------
     def get_checkpoints(self, application: str, queue: str, consumer: str) -> dict[int, uuid.UUID]:
-        def run() -> dict[int, uuid.UUID]:
-            rows = self._reader().execute(
-                "SELECT partition, id FROM checkpoints "
-                "WHERE application = ? AND queue = ? AND consumer = ?",
-                (application, queue, consumer),
-            )
-            return {partition: uuid.UUID(bytes=raw) for partition, raw in rows}
-
-        return self._db.run(run)
+        return read_checkpoints(self._db, application, queue, consumer)
 
     def set_checkpoints(
         self,
@@ -463,14 +292,7 @@ class SQLiteStorage(Storage):
         consumer: str,
         checkpoints: Mapping[int, uuid.UUID],
     ) -> None:
-        with self._db.write() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?)",
-                [
-                    (application, queue, consumer, partition, message_id.bytes)
-                    for partition, message_id in checkpoints.items()
-                ],
-            )
+        write_checkpoints(self._db, application, queue, consumer, checkpoints)
 
     # -- operations ---------------------------------------------------------------
     def ping(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 
 from queuey.model import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
+from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.schema import last_ts
 
 _NEW = (
@@ -31,6 +32,20 @@ _LEASES = (
     "WHERE l.incarnation = ? AND l.subscription = ? AND m.expires > ? "
     "GROUP BY l.state, l.visible_at <= ?"
 )
+
+
+def read_stats(db: Database, queue: QueueMeta, now: int) -> QueueStats:
+    """:func:`queue_stats` in a read transaction of its own."""
+
+    def run() -> QueueStats:
+        conn = db.reader()
+        conn.execute("BEGIN")
+        try:
+            return queue_stats(conn, queue, now)
+        finally:
+            conn.execute("COMMIT")
+
+    return db.run(run)
 
 
 def _min(*values: int | None) -> int | None:

@@ -1,0 +1,50 @@
+"""The ``leases`` table as every SQLite work-queue path names it: a lease's
+key, its tokens, and the live message a lease stands for.
+
+A lease row is keyed like its message (incarnation, partition, ts, tiebreak)
+plus the subscription; the reservation, the receipt calls and the dead-letter
+paths all address it through :data:`LEASE_KEY` and :func:`lease_key`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import uuid
+
+from queuey import ids
+from queuey.model import Message, QueueMeta
+from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
+
+LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+def new_tokens(count: int) -> list[str]:
+    """``count`` tokens like :func:`new_token`'s, from one read of the OS's randomness."""
+    text = secrets.token_hex(8 * count)
+    return [text[i : i + 16] for i in range(0, 16 * count, 16)]
+
+
+def lease_key(queue: QueueMeta, subscription: str, partition: int, message_id: uuid.UUID) -> tuple:
+    """The :data:`LEASE_KEY` parameters of a message's lease in ``subscription``."""
+    return (
+        queue.incarnation,
+        subscription,
+        partition,
+        ids.micros_of(message_id),
+        tiebreak(message_id),
+    )
+
+
+def live_message(conn: sqlite3.Connection, key: tuple, now: int) -> Message | None:
+    """The unexpired message a lease ``key`` stands for, or ``None``."""
+    row = conn.execute(
+        f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
+        "AND ts = ? AND tiebreak = ? AND expires > ?",
+        (key[0], *key[2:], now),
+    ).fetchone()
+    return row_to_message(row) if row is not None else None

@@ -1,0 +1,295 @@
+"""The reservation path of SQLite work queues: which messages a reserve
+leases, and where the subscription's positions move.
+
+A reservation takes, highest priority first, the leases due again (released,
+or timed out) and then messages never handed out, found from the
+subscription's position per partition and priority; leases whose attempts are
+spent are claimed for dead-lettering on the way (:mod:`.deadletters`).
+
+``settled_micros`` is not needed here: inside the write transaction every
+committed message is visible and no other write is in flight (SQLite has one
+writer), so a position never passes a message that could still appear. One
+exception is guarded: a delayed message's id is minted above the file's
+``last_ts``, so a reservation whose positions move past ``last_ts`` raises it
+to ``now`` and later ids are minted after it, whatever their writer's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+
+from queuey import ids
+from queuey.model import DeadLetter, Message, QueueMeta
+from queuey.storage.sqlite.deadletters import claim, dead_letter
+from queuey.storage.sqlite.leases import LEASE_KEY, new_tokens
+from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
+
+#: Priorities a message may carry, highest (reserved first) first.
+PRIORITIES = range(9, -1, -1)
+#: Dead letters claimed per reservation at most; the rest wait for the next one.
+MAX_DEAD_LETTERS = 100
+#: Rows a reservation examines per partition looking for priority-0 messages.
+SCAN_LIMIT = 20000
+
+_MESSAGE_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
+_DUE = (
+    "SELECT l.state, l.attempts, l.last_error, l.first_at, l.generation, m.tiebreak, "
+    f"{_MESSAGE_COLUMNS} "
+    "FROM leases l INDEXED BY leases_due JOIN messages m ON m.incarnation = l.incarnation "
+    "AND m.partition = l.partition AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    "WHERE l.incarnation = ? AND l.subscription = ? "
+    "AND l.state IN ('leased', 'released', 'claimed') AND l.visible_at <= ? "
+    "AND m.expires > ? AND l.partition IN ({partitions}) "
+    "ORDER BY l.priority DESC, l.ts, l.tiebreak LIMIT ?"
+)
+#: New messages of one priority above 0 (the partial index holds only those).
+_NEW = (
+    f"SELECT tiebreak, {COLUMNS} FROM messages INDEXED BY messages_by_priority "
+    "WHERE incarnation = ? AND partition = ? AND priority = ? AND priority > 0 "
+    "AND (ts, tiebreak) > (?, ?) AND ts <= ? AND expires > ? ORDER BY ts, tiebreak LIMIT ?"
+)
+#: Whether the queue holds a message above priority 0 (one probe of the partial index).
+_ANY_PRIORITY = (
+    "SELECT 1 FROM messages INDEXED BY messages_by_priority "
+    "WHERE incarnation = ? AND priority > 0 LIMIT 1"
+)
+#: Every message after a position, for priority 0 (filtered here, see _new_default).
+_SCAN = (
+    f"SELECT tiebreak, {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
+    "AND (ts, tiebreak) > (?, ?) AND ts <= ? ORDER BY ts, tiebreak"
+)
+_INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?, '')"
+
+#: A message leased: (message, attempts, token, first delivered at).
+Leased = tuple[Message, int, str, int]
+
+
+class _Row:
+    """A due lease or a new message, as a reservation considers it."""
+
+    __slots__ = ("state", "attempts", "last_error", "first_at", "generation", "tiebreak", "message")
+
+    def __init__(
+        self, state, attempts, last_error, tb, message: Message, first_at=0, generation=""
+    ) -> None:
+        self.state = state
+        self.attempts = attempts
+        self.last_error = last_error
+        self.first_at = first_at
+        self.generation = generation
+        self.tiebreak = tb
+        self.message = message
+
+
+def reserve(
+    conn: sqlite3.Connection,
+    queue: QueueMeta,
+    subscription: str,
+    partitions: Sequence[int],
+    limit: int,
+    visibility_timeout: int,
+    now: int,
+) -> tuple[list[Leased], list[DeadLetter]]:
+    """Lease up to ``limit`` messages inside the caller's write transaction,
+    and claim the dead letters found due on the way."""
+    parts = sorted(set(partitions))
+    conn.execute(
+        "INSERT OR IGNORE INTO subscriptions VALUES (?, ?, ?)",
+        (queue.incarnation, subscription, now),
+    )
+    if queue.fifo:
+        parts = _fifo_free(conn, queue, subscription, parts, now)
+        if not parts:
+            return [], []
+    due, dead = _due(conn, queue, subscription, parts, limit, now)
+    positions = {
+        (part, priority): (ts, tb)
+        for part, priority, ts, tb in conn.execute(
+            "SELECT partition, priority, ts, tiebreak FROM positions "
+            "WHERE incarnation = ? AND subscription = ?",
+            (queue.incarnation, subscription),
+        )
+    }
+    last = last_ts(conn)
+    visible = max(now, last)
+    chosen: list[_Row] = []
+    passed: dict[int, tuple[int, bytes]] = {}
+    # One index probe says whether the queue holds any message above
+    # priority 0; without one, the nine per-priority walks are skipped.
+    prioritised = conn.execute(_ANY_PRIORITY, (queue.incarnation,)).fetchone()
+    for priority in PRIORITIES:
+        chosen += due[priority][: limit - len(chosen)]
+        if len(chosen) >= limit:
+            break
+        if priority and prioritised is None:
+            continue
+        after = [positions.get((part, priority), (-1, b"")) for part in parts]
+        need = limit - len(chosen)
+        found = (
+            _new(conn, queue, parts, after, priority, need, visible, now)
+            if priority
+            else _new_default(conn, queue, parts, after, need, visible, now, passed)
+        )
+        chosen += found
+    until = now + visibility_timeout * ids.MICROS
+    new_leases: list[tuple] = []
+    moved: dict[tuple[int, int], tuple[int, bytes]] = {}
+    tokens = new_tokens(len(chosen))
+    leased = [
+        _lease(conn, queue, subscription, row, token, until, now, new_leases, moved)
+        for row, token in zip(chosen, tokens, strict=True)
+    ]
+    conn.executemany(_INSERT_LEASE, new_leases)
+    for part, position in passed.items():
+        moved[(part, 0)] = max(moved.get((part, 0), position), position)
+    conn.executemany(
+        "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (queue.incarnation, subscription, part, priority, ts, tb)
+            for (part, priority), (ts, tb) in moved.items()
+        ],
+    )
+    claim_until = now + queue.visibility_timeout * ids.MICROS
+    letters = [_claim(conn, queue, subscription, row, claim_until) for row in dead]
+    newest = max(
+        [r.message.timestamp for r in chosen if r.state is None]
+        + [ts for ts, _ in passed.values()],
+        default=None,
+    )
+    if newest is not None and newest > last:
+        conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (now,))
+    return leased, letters
+
+
+def _fifo_free(conn, queue, subscription, parts, now) -> list[int]:
+    """The partitions of a FIFO queue with nothing in flight in ``subscription``."""
+    busy = {
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT partition FROM leases INDEXED BY leases_due "
+            "WHERE incarnation = ? AND subscription = ? "
+            "AND state IN ('leased', 'released', 'claimed') AND visible_at > ?",
+            (queue.incarnation, subscription, now),
+        )
+    }
+    return [p for p in parts if p not in busy]
+
+
+def _due(conn, queue, subscription, parts, limit, now):
+    """Leases available again, by priority, and those due for dead-lettering."""
+    sql = _DUE.format(partitions=", ".join("?" * len(parts)))
+    rows = conn.execute(
+        sql, (queue.incarnation, subscription, now, now, *parts, limit + MAX_DEAD_LETTERS)
+    )
+    due: dict[int, list[_Row]] = defaultdict(list)
+    dead: list[_Row] = []
+    for state, attempts, last_error, first_at, generation, tb, *message in rows:
+        message = row_to_message(message)
+        row = _Row(state, attempts, last_error, tb, message, first_at, generation)
+        exhausted = queue.max_attempts and attempts >= queue.max_attempts
+        if state == "claimed" or exhausted:
+            if len(dead) < MAX_DEAD_LETTERS:
+                dead.append(row)
+        else:
+            due[row.message.priority].append(row)
+    return due, dead
+
+
+def _new(conn, queue, parts, after, priority, need, visible, now) -> list[_Row]:
+    """Up to ``need`` messages of ``priority`` never handed out, oldest first
+    (``after``: each partition's position for this priority; ``visible``:
+    the newest timestamp this call may see, see :func:`.schema.last_ts`)."""
+    streams = []
+    for part, (after_ts, after_tb) in zip(parts, after, strict=True):
+        rows = conn.execute(
+            _NEW,
+            (queue.incarnation, part, priority, after_ts, after_tb, visible, now, need),
+        ).fetchall()
+        streams.append([_Row(None, 0, "", row[0], row_to_message(row[1:])) for row in rows])
+    if len(streams) == 1:
+        return streams[0]
+    merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
+    return list(merged)[:need]
+
+
+def _new_default(conn, queue, parts, after, need, visible, now, passed) -> list[_Row]:
+    """Up to ``need`` priority-0 messages never handed out, oldest first.
+
+    They are found by walking the primary key from each partition's
+    priority-0 position (no priority index to maintain on every post): one
+    cursor per partition, merged by id order and stepped only as far as the
+    merge consumes, so a reservation reads about ``need`` rows however many
+    partitions it spans, and makes a message of only the rows it takes.
+    Every priority-0 row consumed is taken, so each partition's position
+    may move to the last row consumed from it: rows of other priorities or
+    expired ones are walked over once, not on every call. ``passed``
+    receives those positions. A partition's walk stops after
+    :data:`SCAN_LIMIT` rows (the next call goes on).
+    """
+    heap = []
+    cursors = []
+    for index, (part, (after_ts, after_tb)) in enumerate(zip(parts, after, strict=True)):
+        cursor = conn.execute(_SCAN, (queue.incarnation, part, after_ts, after_tb, visible))
+        cursors.append(cursor)
+        row = cursor.fetchone()
+        if row is not None:
+            heap.append((row[2], row[0], index, row))
+    heapq.heapify(heap)
+    examined = [0] * len(parts)
+    last: dict[int, tuple] = {}
+    chosen: list[_Row] = []
+    while heap and len(chosen) < need:
+        _, _, index, row = heap[0]
+        last[index] = row
+        examined[index] += 1
+        if row[6] == 0 and row[5] > now:
+            chosen.append(_Row(None, 0, "", row[0], row_to_message(row[1:])))
+        following = cursors[index].fetchone() if examined[index] < SCAN_LIMIT else None
+        if following is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (following[2], following[0], index, following))
+    for cursor in cursors:
+        cursor.close()
+    for index, row in last.items():
+        passed[parts[index]] = (row[2], row[0])
+    return chosen
+
+
+def _lease(
+    conn, queue, subscription, row: _Row, token, until: int, now: int, new_leases, moved
+) -> Leased:
+    """Lease one row with ``token``: a due lease is updated here; a new
+    message's lease row goes to ``new_leases`` and its position to
+    ``moved`` (the newest per partition and priority), both written once
+    for the whole reservation."""
+    message = row.message
+    key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+    first = row.first_at or now
+    if row.state is None:
+        new_leases.append(
+            (*key, message.id.bytes, message.priority, message.expires, token, until, now)
+        )
+        place = (message.partition, message.priority)
+        position = (message.timestamp, row.tiebreak)
+        if place not in moved or moved[place] < position:
+            moved[place] = position
+        attempts = 1
+    else:
+        conn.execute(
+            "UPDATE leases SET state = 'leased', token = ?, visible_at = ?, "
+            f"attempts = attempts + 1, first_at = ? WHERE {LEASE_KEY}",
+            (token, until, first, *key),
+        )
+        attempts = row.attempts + 1
+    return message, attempts, token, first
+
+
+def _claim(conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
+    message = row.message
+    key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+    token = claim(conn, key, until, row.last_error)
+    return dead_letter(message, row.attempts, row.last_error, token, row.generation)
