@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-HARNESS := $(PY) -m queuey.harness
+HARNESS := $(PY) -m harness
 
 .DEFAULT_GOAL := help
 .PHONY: help install java browser serve test test-fast lint format docs screenshots bench cassandra cassandra-cluster zookeeper services-stop clean
@@ -56,12 +56,12 @@ test-fast: $(STAMP) ## run only the tests that need no external service
 	$(PY) -m pytest -m "not cassandra and not zookeeper and not spark" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check
-	$(VENV)/bin/ruff check queuey tests bench examples
-	$(VENV)/bin/ruff format --check queuey tests bench examples
+	$(VENV)/bin/ruff check queuey harness tests bench examples
+	$(VENV)/bin/ruff format --check queuey harness tests bench examples
 
 format: $(STAMP) ## apply ruff's formatting and safe fixes
-	$(VENV)/bin/ruff check --fix queuey tests bench examples
-	$(VENV)/bin/ruff format queuey tests bench examples
+	$(VENV)/bin/ruff check --fix queuey harness tests bench examples
+	$(VENV)/bin/ruff format queuey harness tests bench examples
 
 docs: $(STAMP) ## build the Sphinx documentation into docs/_build/html
 	$(VENV)/bin/sphinx-build -W -q -b html docs docs/_build/html

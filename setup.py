@@ -51,7 +51,11 @@ setup(
     long_description_content_type="text/x-rst",
     license="MPL-2.0",
     python_requires=">=3.11",
-    packages=find_packages(exclude=["tests", "tests.*"]),
+    # The service harness and the benchmarks are development tools that run from
+    # a checkout (they find etc/ and var/ there): not installed.
+    packages=find_packages(
+        exclude=["tests", "tests.*", "harness", "harness.*", "bench", "bench.*"]
+    ),
     include_package_data=True,
     package_data={"queuey.admin": ["templates/*.jinja2", "static/*"]},
     zip_safe=False,

@@ -119,7 +119,7 @@ def storage_settings(backend: str, workdir: Path) -> str:
             f"queuey.storage.backend = queuey.storage.sqlite\n"
             f"queuey.sqlite.path = {workdir}/bench.sqlite3\nqueuey.read_delay = 0\n"
         )
-    from queuey.harness import cassandra
+    from harness import cassandra
 
     cluster = cassandra.ensure_running(1)
     fresh_keyspace(cluster.contact_points, cluster.port, "queuey_bench")

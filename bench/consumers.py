@@ -178,7 +178,7 @@ def wait(predicate, timeout: float, what: str, interval: float = 0.05) -> float:
 
 class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
-        from queuey.harness import zookeeper
+        from harness import zookeeper
 
         self.args = args
         self.workdir = workdir

@@ -79,7 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import free_port  # noqa: E402
-from queuey.harness.process import find_java, resolve_classpath  # noqa: E402
+from harness.process import find_java, resolve_classpath  # noqa: E402
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 CTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")

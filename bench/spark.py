@@ -65,7 +65,7 @@ def store_settings(backend: str, workdir: Path) -> dict[str, str]:
             "queuey.storage.backend": "queuey.storage.sqlite",
             "queuey.sqlite.path": str(workdir / "bench.sqlite3"),
         }
-    from queuey.harness import cassandra
+    from harness import cassandra
 
     cluster = cassandra.ensure_running()
     return {

@@ -1,4 +1,4 @@
-"""The API's fixed limits (DESIGN.md, "Routes").
+"""The API's fixed limits (docs/api.rst, "Limits").
 
 Everything that talks to the API or implements it (the web layer, the client
 library, the worker, the Spark source, the OpenAPI description) takes these
@@ -23,7 +23,7 @@ MAX_JSON_INT_DIGITS = 1000
 #: Longest ``partition_key``.
 MAX_PARTITION_KEY = 1000
 
-# -- work queues (DESIGN.md, "Work queues") --------------------------------------
+# -- work queues (docs/api.rst, "Work queues") -----------------------------------
 #: Most messages one ``reserve`` leases.
 MAX_RESERVE = 100
 #: Most receipts in one ``ack`` / ``release`` / ``extend``.

@@ -132,7 +132,7 @@ class QueueyClient(WorkQueueCalls):
         """Create a queue (``Conflict`` if the name exists).
 
         ``work_queue``: ``visibility_timeout``, ``max_attempts``,
-        ``dead_letter_queue``, ``delay`` (DESIGN.md, "Work queues").
+        ``dead_letter_queue``, ``delay`` (docs/api.rst, "Work queues").
         """
         params = given(partitions=partitions, queue_name=name, ttl=ttl, type=type)
         params.update(_work_queue_settings(work_queue))

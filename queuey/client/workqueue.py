@@ -32,7 +32,7 @@ from queuey.client.models import (
 )
 from queuey.client.models import path_segment as _q
 
-#: ``subscription`` when none is given (DESIGN.md, "Work queues").
+#: ``subscription`` when none is given (docs/api.rst, "Work queues").
 DEFAULT_SUBSCRIPTION = "default"
 
 

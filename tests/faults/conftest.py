@@ -381,12 +381,12 @@ class OwnZooKeeper:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        from queuey.harness import zookeeper
+        from harness import zookeeper
 
         zookeeper.ensure_running(port=self.port, base_dir=self.base_dir)
 
     def stop(self) -> None:
-        from queuey.harness import zookeeper
+        from harness import zookeeper
 
         zookeeper.stop(base_dir=self.base_dir)
 

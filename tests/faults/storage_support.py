@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from queuey.harness import cassandra, process
+from harness import cassandra, process
 from tests.support import KEY
 
 #: Ports of this module's own node (the shared node is 19042/17000).

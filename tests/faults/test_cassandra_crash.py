@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from queuey.harness import cassandra, cassandra_config
+from harness import cassandra, cassandra_config
 from tests.faults.cassandra_support import (
     Figures,
     api_settings,

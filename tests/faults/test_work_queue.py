@@ -4,7 +4,7 @@ Two ``pserve`` nodes share one SQLite file or the shared Cassandra node (see
 ``work_queue_nodes``); consumers are threads calling ``reserve`` and ``ack``
 on both nodes, half on each. Each run logs every delivery and receipt outcome
 with the wall-clock times around the call
-(:mod:`tests.faults.work_queue_support`) and checks DESIGN.md's invariants
+(:mod:`tests.faults.work_queue_support`) and checks the invariants of docs/invariants.rst
 (:mod:`tests.faults.work_queue_verdict`):
 
 * **at-least-once**: every posted message is acked in the end (lost = 0);

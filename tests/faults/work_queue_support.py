@@ -5,7 +5,7 @@ wall-clock times around each call (``sent`` just before the request,
 :mod:`tests.faults.work_queue_verdict`.
 
 The caller is deliberately independent of :class:`queuey.client.QueueyClient`:
-these tests check the HTTP contract of DESIGN.md ("Work queues") as a user's
+these tests check the HTTP contract of docs/api.rst ("Work queues") as a user's
 program sees it. Nothing under test is retried behind the test's back: a 503
 on reserve, ack or release is counted (its outcome is unknown) before the
 consumer calls again, and only set-up calls (creating a queue) retry quietly.

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from queuey.harness import cassandra, cassandra_config
-from queuey.harness.cassandra_config import CommitLogSync
-from queuey.harness.process import HarnessError
+from harness import cassandra, cassandra_config
+from harness.cassandra_config import CommitLogSync
+from harness.process import HarnessError
 
 pytestmark = pytest.mark.unit
 
@@ -81,7 +81,7 @@ def test_cluster_nodes_share_seed_and_get_balanced_tokens(tmp_path):
 
 
 def test_command_line_passes_the_mode_to_the_harness(monkeypatch):
-    from queuey.harness import __main__ as cli
+    from harness import __main__ as cli
 
     seen = {}
 

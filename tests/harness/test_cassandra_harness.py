@@ -12,7 +12,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, S
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement
 
-from queuey.harness import cassandra, process
+from harness import cassandra, process
 
 pytestmark = pytest.mark.cassandra
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from queuey.harness import process
+from harness import process
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from queuey.harness import process, zookeeper
+from harness import process, zookeeper
 from tests.support import free_port
 
 pytestmark = pytest.mark.zookeeper

@@ -1,6 +1,6 @@
 """Schemathesis hooks for ``test_schemathesis.py`` (loaded via SCHEMATHESIS_HOOKS).
 
-Two answers are right by DESIGN.md yet look wrong to a fuzzer that only knows
+Two answers are right by docs/api.rst yet look wrong to a fuzzer that only knows
 the schema; each is dropped only when it is exactly that case:
 
 * ST202 (valid request rejected) whose every error is a rule about the queue's
@@ -8,7 +8,7 @@ the schema; each is dropped only when it is exactly that case:
   or ``partition`` together with ``partition_key`` (a rule across two query
   parameters that OpenAPI cannot state). Any other 400 still fails the run.
 * ST301 (deleted resource still available) after ``DELETE ?delete=false``,
-  which purges the messages and keeps the queue (DESIGN.md); a real delete
+  which purges the messages and keeps the queue (docs/api.rst); a real delete
   followed by a successful read still fails the run.
 """
 

@@ -1,4 +1,4 @@
-"""Hostile input is a 400/413/415 at a bounded cost, never a 500 (DESIGN.md, "Errors").
+"""Hostile input is a 400/413/415 at a bounded cost, never a 500 (docs/api.rst, "Errors").
 
 No key is needed for any of these on a public queue, so each is something an
 anonymous caller could send. The rules do not depend on the backend, so these

@@ -1,4 +1,4 @@
-"""Queue management over HTTP (DESIGN.md routes on /queue), on each storage backend."""
+"""Queue management over HTTP (docs/api.rst, "Queues"), on each storage backend."""
 
 from __future__ import annotations
 

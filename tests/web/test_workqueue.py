@@ -1,4 +1,4 @@
-"""Work queues over HTTP (DESIGN.md, "Work queues"): queue settings, reserve,
+"""Work queues over HTTP (docs/api.rst, "Work queues"): queue settings, reserve,
 ack, release, extend and stats, on the embedded store.
 
 The app runs on the test's ``ManualClock``: visibility timeouts pass when the

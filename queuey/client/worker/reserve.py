@@ -3,7 +3,7 @@
 With ``mode = reserve`` the worker needs no ZooKeeper and any number of
 workers may run: each asks the service to ``reserve`` a batch of messages of
 its subscription, and the service leases every message to one worker at a
-time (DESIGN.md, "Work queues"). For each batch the worker
+time (docs/api.rst, "Work queues"). For each batch the worker
 
 * runs the job on each message (or once on the batch with ``per_batch``),
   inside the batch context when one is configured, ``concurrency`` batches

@@ -1,10 +1,10 @@
 """Command line for the service harness (used by the Makefile and by hand).
 
-python -m queuey.harness cassandra start|stop|status [--nodes N] [--port P] [--base-dir DIR]
+python -m harness cassandra start|stop|status [--nodes N] [--port P] [--base-dir DIR]
     [--commitlog periodic[:MS]|group[:MS]|batch]
-python -m queuey.harness zookeeper start|stop|status [--port P] [--base-dir DIR]
-python -m queuey.harness stop-all
-python -m queuey.harness classpath cassandra|zookeeper
+python -m harness zookeeper start|stop|status [--port P] [--base-dir DIR]
+python -m harness stop-all
+python -m harness classpath cassandra|zookeeper
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from queuey.harness import cassandra, process, zookeeper
-from queuey.harness.process import HarnessError
+from harness import cassandra, process, zookeeper
+from harness.process import HarnessError
 
-log = logging.getLogger("queuey.harness")
+log = logging.getLogger("harness")
 
 
 def _mib(size: int | None) -> str:
@@ -100,7 +100,7 @@ def _classpath(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m queuey.harness", description="Run real Cassandra / ZooKeeper on loopback."
+        prog="python -m harness", description="Run real Cassandra / ZooKeeper on loopback."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -21,13 +21,10 @@ import dataclasses
 import os
 import string
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from queuey.harness import process
-from queuey.harness.process import HarnessError
-
-if TYPE_CHECKING:
-    from queuey.harness.cassandra import CassandraCluster, CassandraNode
+from harness import process
+from harness.cassandra_nodes import CassandraCluster, CassandraNode
+from harness.process import HarnessError
 
 YAML_TEMPLATE = process.ETC_DIR / "cassandra" / "cassandra.yaml.in"
 MODES = ("periodic", "group", "batch")

@@ -1,18 +1,15 @@
 """Asking one harness Cassandra node something over CQL: is it up, whom does it know.
 
 Used while nodes start and by ``status``; re-exported by
-:mod:`queuey.harness.cassandra`, whose API it is part of.
+:mod:`harness.cassandra`, whose API it is part of.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from queuey.harness import process
-
-if TYPE_CHECKING:
-    from queuey.harness.cassandra import CassandraNode
+from harness import process
+from harness.cassandra_nodes import CassandraNode
 
 log = logging.getLogger(__name__)
 

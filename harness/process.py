@@ -28,7 +28,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The checkout this harness runs from: ``harness/`` sits at its root, beside ``etc/``.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 ETC_DIR = REPO_ROOT / "etc"
 JAVA_17_HOME = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 SUPPORTED_JAVA = ("11", "17")
@@ -251,7 +252,8 @@ def running_pid(pidfile: Path) -> int | None:
 
 
 def marker_arg(marker: str) -> str:
-    """A JVM system property naming the service instance, checked before any kill."""
+    """A JVM system property naming the service instance, checked before any kill
+    (its name is the one running nodes were started with)."""
     return f"-Dqueuey.harness={marker}"
 
 

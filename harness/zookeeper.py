@@ -17,8 +17,8 @@ import string
 import time
 from pathlib import Path
 
-from queuey.harness import process
-from queuey.harness.process import HarnessError
+from harness import process
+from harness.process import HarnessError
 
 log = logging.getLogger(__name__)
 
