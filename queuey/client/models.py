@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 
@@ -110,7 +110,8 @@ class ReceivedMessage:
     attributes: dict[str, str] | None = None
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReceivedMessage:
+    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
+        """The message of an answer; a subclass passes its own fields in ``more``."""
         return cls(
             data["message_id"],
             data["timestamp"],
@@ -118,6 +119,7 @@ class ReceivedMessage:
             data["body"],
             int(data.get("priority") or 0),
             data.get("attributes") or None,
+            **more,
         )
 
     @property
@@ -155,16 +157,9 @@ class ReservedMessage(ReceivedMessage):
     receipt: str = ""
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReservedMessage:
-        return cls(
-            data["message_id"],
-            data["timestamp"],
-            int(data["partition"]),
-            data["body"],
-            int(data.get("priority") or 0),
-            data.get("attributes") or None,
-            int(data["attempts"]),
-            str(data["receipt"]),
+    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
+        return super().from_json(
+            data, attempts=int(data["attempts"]), receipt=str(data["receipt"]), **more
         )
 
 

@@ -13,10 +13,12 @@ any number of workers, the server leases each message to one of them).
 from __future__ import annotations
 
 import configparser
+import contextlib
 import dataclasses
 import importlib
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,11 @@ from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 
 DEFAULT_FAILURE_QUEUE = "{queue}" + FAILED_SUFFIX
+
+#: The user's job: called with a message, or with a batch's messages (``per_batch``).
+Job = Callable[[Any], Any]
+#: Makes the context manager a batch runs in.
+ContextFactory = Callable[[], contextlib.AbstractContextManager]
 
 MODES = ("partitions", "reserve")
 #: Keys that mean nothing in reserve mode, with what to use instead.
@@ -266,3 +273,19 @@ def load_callable(spec: str, setting: str = "job") -> Callable:
     if not callable(target):
         raise ConfigurationError(setting, f"{spec!r} is not callable")
     return target
+
+
+def load_user_code(
+    config: WorkerConfig, job: Job | None = None, context: ContextFactory | None = None
+) -> tuple[Job, ContextFactory | None]:
+    """The job and batch context a worker runs: those given, or else the ones
+    ``config`` names, imported once ``config.pythonpath`` is on ``sys.path``
+    (ahead of the rest, in its order)."""
+    for entry in reversed(config.pythonpath):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    job = job or load_callable(config.job, "worker.job")
+    context = context or (
+        load_callable(config.context, "worker.context") if config.context else None
+    )
+    return job, context

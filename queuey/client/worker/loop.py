@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import logging
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -47,14 +46,18 @@ from queuey.client.group import ConsumerGroup
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
 from queuey.client.models import ReceivedMessage
-from queuey.client.worker.config import WorkerConfig, load_callable
+from queuey.client.worker.config import (
+    ContextFactory,
+    Job,
+    WorkerConfig,
+    load_callable,
+    load_user_code,
+)
 from queuey.client.worker.failures import FailureQueues
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[Any], Any]
 FailureHook = Callable[[ReceivedMessage, BaseException], Any]
-ContextFactory = Callable[[], contextlib.AbstractContextManager]
 
 
 @dataclasses.dataclass
@@ -112,13 +115,7 @@ class Worker:
         member_id: str | None = None,
     ) -> None:
         self.config = config
-        for entry in reversed(config.pythonpath):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
-        self.job: Job = job or load_callable(config.job, "worker.job")
-        self.context = context or (
-            load_callable(config.context, "worker.context") if config.context else None
-        )
+        self.job, self.context = load_user_code(config, job, context)
         self.failure_hook = failure_hook or (
             load_callable(config.failure_hook, "worker.failure_hook")
             if config.failure_hook

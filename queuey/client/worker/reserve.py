@@ -33,7 +33,6 @@ import logging
 import math
 import os
 import socket
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -44,14 +43,12 @@ from typing import Any
 from queuey.client.errors import ClientError
 from queuey.client.http import QueueyClient
 from queuey.client.models import ReservedMessage
-from queuey.client.worker.config import WorkerConfig, load_callable
+from queuey.client.worker.config import ContextFactory, Job, WorkerConfig, load_user_code
 from queuey.client.worker.keeper import LeaseKeeper
 from queuey.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[Any], Any]
-ContextFactory = Callable[[], contextlib.AbstractContextManager]
 
 #: The lease of a queue that says none (the service's default).
 DEFAULT_VISIBILITY_TIMEOUT = 30
@@ -125,13 +122,7 @@ class ReserveWorker:
         if config.mode != "reserve":
             raise ConfigurationError("worker.mode", "a ReserveWorker needs mode = reserve")
         self.config = config
-        for entry in reversed(config.pythonpath):
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
-        self.job: Job = job or load_callable(config.job, "worker.job")
-        self.context = context or (
-            load_callable(config.context, "worker.context") if config.context else None
-        )
+        self.job, self.context = load_user_code(config, job, context)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.clock = clock
         self._client_factory = client_factory or self._default_client

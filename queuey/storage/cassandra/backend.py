@@ -37,6 +37,7 @@ from queuey.model import (
 )
 from queuey.settings import dedup_window
 from queuey.storage import Storage
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
@@ -309,16 +310,8 @@ class CassandraStorage(Storage):
     ) -> Reserved:
         if limit <= 0:
             return Reserved([], [])
-        return self._work.reserve(
-            self._connection(),
-            queue,
-            subscription,
-            partitions=partitions,
-            limit=limit,
-            visibility_timeout=visibility_timeout,
-            now_micros=now_micros,
-            settled_micros=settled_micros,
-        )
+        ask = ReserveAsk(partitions, limit, visibility_timeout, now_micros, settled_micros)
+        return self._work.reserve(self._connection(), queue, subscription, ask)
 
     @boundary("ack")
     def ack(
@@ -336,8 +329,8 @@ class CassandraStorage(Storage):
         delay: int = 0,
         error: str | None = None,
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
-        c = self._connection()
-        return self._work.release(c, queue, subscription, receipts, now_micros, delay, error)
+        ask = ReleaseAsk(receipts, now_micros, delay, error)
+        return self._work.release(self._connection(), queue, subscription, ask)
 
     @boundary("extend")
     def extend(
@@ -348,8 +341,8 @@ class CassandraStorage(Storage):
         now_micros: int,
         visibility_timeout: int,
     ) -> dict[str, ReceiptStatus]:
-        c = self._connection()
-        return self._work.extend(c, queue, subscription, receipts, now_micros, visibility_timeout)
+        ask = ExtendAsk(receipts, now_micros, visibility_timeout)
+        return self._work.extend(self._connection(), queue, subscription, ask)
 
     @boundary("reopen")
     def reopen(

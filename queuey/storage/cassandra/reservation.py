@@ -22,6 +22,7 @@ from cassandra.cluster import ResponseFuture
 from queuey import ids
 from queuey.errors import StorageUnavailable
 from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
+from queuey.storage.asks import ReserveAsk
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
@@ -63,20 +64,12 @@ class ReserveCall:
         self.sub = sub
         self._priorities: dict[int, ResponseFuture] = {}
 
-    def run(
-        self,
-        *,
-        partitions: Sequence[int],
-        limit: int,
-        visibility_timeout: int,
-        now_micros: int,
-        settled_micros: int,
-    ) -> Reserved:
-        queue = self.queue
-        parts = [p for p in dict.fromkeys(partitions) if 1 <= p <= queue.partitions]
+    def run(self, ask: ReserveAsk) -> Reserved:
+        queue, limit, now_micros = self.queue, ask.limit, ask.now_micros
+        parts = [p for p in dict.fromkeys(ask.partitions) if 1 <= p <= queue.partitions]
         if len(parts) > FANOUT:
             parts = random.sample(parts, FANOUT)
-        settled = min(settled_micros, now_micros)
+        settled = min(ask.settled_micros, now_micros)
         deliveries: list[tuple[tuple, Delivery]] = []
         dead: list[DeadLetter] = []
 
@@ -87,7 +80,7 @@ class ReserveCall:
             views = self._views(states, need, now_micros)
             picks = _choose(views, need)
             return {
-                p: self._apply(view, picks.get(p, []), visibility_timeout, now_micros, settled)
+                p: self._apply(view, picks.get(p, []), ask.visibility_timeout, now_micros, settled)
                 for p, view in views.items()
             }
 

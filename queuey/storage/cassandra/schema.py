@@ -62,17 +62,26 @@ def _cql_map(options: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"'{k}': '{v}'" for k, v in options.items()) + "}"
 
 
-def _v1(cfg: CassandraSettings) -> list[str]:
-    ks = cfg.keyspace
+def _expiring_options(cfg: CassandraSettings) -> str:
+    """The table options of every message table (rows that only expire):
+    TWCS in windows of :func:`twcs_window`, no default TTL, a short grace.
+
+    Shipped migrations use it: a change here is a new migration's
+    ``ALTER TABLE``, never an edit of this text."""
     unit, size = twcs_window(cfg.bucket_seconds, cfg.max_ttl)
     twcs = (
         "{'class': 'TimeWindowCompactionStrategy', "
         f"'compaction_window_unit': '{unit}', 'compaction_window_size': '{size}'}}"
     )
-    expiring = (
+    return (
         f"compaction = {twcs} AND default_time_to_live = 0 "
         f"AND gc_grace_seconds = {MESSAGES_GC_GRACE}"
     )
+
+
+def _v1(cfg: CassandraSettings) -> list[str]:
+    ks = cfg.keyspace
+    expiring = _expiring_options(cfg)
     return [
         f"CREATE TABLE IF NOT EXISTS {ks}.queues ("
         " application text, name text, partitions int, default_ttl int,"
@@ -100,15 +109,7 @@ def _v2(cfg: CassandraSettings) -> list[str]:
     """Work queues: queue settings, message fields, the priority index, dedup
     ids and subscription state (see :mod:`.workqueue`)."""
     ks = cfg.keyspace
-    unit, size = twcs_window(cfg.bucket_seconds, cfg.max_ttl)
-    twcs = (
-        "{'class': 'TimeWindowCompactionStrategy', "
-        f"'compaction_window_unit': '{unit}', 'compaction_window_size': '{size}'}}"
-    )
-    expiring = (
-        f"compaction = {twcs} AND default_time_to_live = 0 "
-        f"AND gc_grace_seconds = {MESSAGES_GC_GRACE}"
-    )
+    expiring = _expiring_options(cfg)
     return [
         f"ALTER TABLE {ks}.queues ADD IF NOT EXISTS"
         " (visibility_timeout int, max_attempts int, dead_letter_queue text, delay int)",

@@ -35,6 +35,7 @@ from queuey.model import (
     make_receipt,
     parse_receipt,
 )
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra.leases import FINISHED, GONE, RELEASED, LeaseState, Slot
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reservation import ReserveCall
@@ -51,9 +52,9 @@ class CassandraWorkQueue:
         self.table = LeaseTable(config, max_ttl_micros)
 
     # -- reserve ------------------------------------------------------------------
-    def reserve(self, c: Connection, queue: QueueMeta, sub: str, **kw) -> Reserved:
+    def reserve(self, c: Connection, queue: QueueMeta, sub: str, ask: ReserveAsk) -> Reserved:
         """See :meth:`queuey.storage.Storage.reserve` and :mod:`.reservation`."""
-        return ReserveCall(self.table, c, queue, sub).run(**kw)
+        return ReserveCall(self.table, c, queue, sub).run(ask)
 
     # -- receipts -----------------------------------------------------------------
     def _per_partition(
@@ -82,14 +83,10 @@ class CassandraWorkQueue:
         return self._per_partition(c, queue, sub, receipts, change)
 
     def extend(
-        self,
-        c: Connection,
-        queue: QueueMeta,
-        sub: str,
-        receipts: Sequence[str],
-        now: int,
-        visibility_timeout: int,
+        self, c: Connection, queue: QueueMeta, sub: str, ask: ExtendAsk
     ) -> dict[str, ReceiptStatus]:
+        now, visibility_timeout = ask.now_micros, ask.visibility_timeout
+
         def change(state: LeaseState, items):
             out = {}
             for r, mid, token in items:
@@ -100,18 +97,12 @@ class CassandraWorkQueue:
                 out[r] = slot
             return out
 
-        return self._per_partition(c, queue, sub, receipts, change)
+        return self._per_partition(c, queue, sub, ask.receipts, change)
 
     def release(
-        self,
-        c: Connection,
-        queue: QueueMeta,
-        sub: str,
-        receipts: Sequence[str],
-        now: int,
-        delay: int,
-        error: str | None,
+        self, c: Connection, queue: QueueMeta, sub: str, ask: ReleaseAsk
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        now, delay, error = ask.now_micros, ask.delay, ask.error
         # Dead letters per partition: a partition whose commit lost a race is
         # changed again from fresh state, which replaces its list.
         dead: dict[int, list[DeadLetter]] = {}
@@ -151,7 +142,7 @@ class CassandraWorkQueue:
                     state.release(slot, now, delay, error)
             return out
 
-        statuses = self._per_partition(c, queue, sub, receipts, change)
+        statuses = self._per_partition(c, queue, sub, ask.receipts, change)
         return statuses, [d for p in sorted(dead) for d in dead[p]]
 
     def reopen(

@@ -32,6 +32,7 @@ from queuey.model import (
     Reserved,
 )
 from queuey.storage import Storage
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite.batches import BatchDeleter
 from queuey.storage.sqlite.checkpoints import read_checkpoints, write_checkpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
@@ -242,9 +243,8 @@ class SQLiteStorage(Storage):
     ) -> Reserved:
         """See :meth:`Storage.reserve`; ``settled_micros`` is not needed on SQLite
         (:mod:`.reservation` says why)."""
-        return self._work.reserve(
-            queue, subscription, partitions, limit, visibility_timeout, now_micros
-        )
+        ask = ReserveAsk(partitions, limit, visibility_timeout, now_micros, settled_micros)
+        return self._work.reserve(queue, subscription, ask)
 
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
@@ -260,7 +260,8 @@ class SQLiteStorage(Storage):
         delay: int = 0,
         error: str | None = None,
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
-        return self._work.release(queue, subscription, receipts, now_micros, delay, error)
+        ask = ReleaseAsk(receipts, now_micros, delay, error)
+        return self._work.release(queue, subscription, ask)
 
     def extend(
         self,
@@ -270,7 +271,8 @@ class SQLiteStorage(Storage):
         now_micros: int,
         visibility_timeout: int,
     ) -> dict[str, ReceiptStatus]:
-        return self._work.extend(queue, subscription, receipts, now_micros, visibility_timeout)
+        ask = ExtendAsk(receipts, now_micros, visibility_timeout)
+        return self._work.extend(queue, subscription, ask)
 
     def reopen(
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int

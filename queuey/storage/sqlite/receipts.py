@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from queuey import ids
 from queuey.model import DeadLetter, QueueMeta, ReceiptStatus, parse_receipt
+from queuey.storage.asks import ExtendAsk, ReleaseAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
 from queuey.storage.sqlite.leases import LEASE_KEY, lease_key, live_message
 
@@ -109,24 +110,19 @@ def ack(
 
 
 def release(
-    conn: sqlite3.Connection,
-    queue: QueueMeta,
-    subscription: str,
-    receipts: Sequence[str],
-    now: int,
-    delay: int,
-    error: str | None,
+    conn: sqlite3.Connection, queue: QueueMeta, subscription: str, ask: ReleaseAsk
 ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
     """End leases now; only a current lease (state ``leased``, its token) can
     be released, anything else is expired. A lease whose attempts are spent is
     claimed for dead-lettering instead (:mod:`.deadletters`)."""
+    now = ask.now_micros
     answer: dict[str, ReceiptStatus] = {}
     letters: list[DeadLetter] = []
     for receipt, key, (*_, attempts, last_error, generation) in _held(
-        conn, queue, subscription, receipts, answer
+        conn, queue, subscription, ask.receipts, answer
     ):
         answer[receipt] = "acked"
-        last_error = error if error is not None else last_error
+        last_error = ask.error if ask.error is not None else last_error
         if queue.max_attempts and attempts >= queue.max_attempts:
             until = now + queue.visibility_timeout * ids.MICROS
             claimed = claim(conn, key, until, last_error)
@@ -137,23 +133,18 @@ def release(
             conn.execute(
                 "UPDATE leases SET state = 'released', token = '', visible_at = ?, "
                 f"last_error = ? WHERE {LEASE_KEY}",
-                (now + delay * ids.MICROS, last_error, *key),
+                (now + ask.delay * ids.MICROS, last_error, *key),
             )
     return answer, letters
 
 
 def extend(
-    conn: sqlite3.Connection,
-    queue: QueueMeta,
-    subscription: str,
-    receipts: Sequence[str],
-    now: int,
-    visibility_timeout: int,
+    conn: sqlite3.Connection, queue: QueueMeta, subscription: str, ask: ExtendAsk
 ) -> dict[str, ReceiptStatus]:
-    """Move current leases' ends to ``visibility_timeout`` seconds from ``now``."""
+    """Move current leases' ends to ``visibility_timeout`` seconds from ``now_micros``."""
     answer: dict[str, ReceiptStatus] = {}
-    until = now + visibility_timeout * ids.MICROS
-    for receipt, key, _ in _held(conn, queue, subscription, receipts, answer):
+    until = ask.now_micros + ask.visibility_timeout * ids.MICROS
+    for receipt, key, _ in _held(conn, queue, subscription, ask.receipts, answer):
         conn.execute(f"UPDATE leases SET visible_at = ? WHERE {LEASE_KEY}", (until, *key))
         answer[receipt] = "acked"
     return answer

@@ -19,10 +19,10 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections import defaultdict
-from collections.abc import Sequence
 
 from queuey import ids
 from queuey.model import DeadLetter, Message, QueueMeta
+from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
 from queuey.storage.sqlite.leases import LEASE_KEY, new_tokens
 from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
@@ -85,17 +85,12 @@ class _Row:
 
 
 def reserve(
-    conn: sqlite3.Connection,
-    queue: QueueMeta,
-    subscription: str,
-    partitions: Sequence[int],
-    limit: int,
-    visibility_timeout: int,
-    now: int,
+    conn: sqlite3.Connection, queue: QueueMeta, subscription: str, ask: ReserveAsk
 ) -> tuple[list[Leased], list[DeadLetter]]:
-    """Lease up to ``limit`` messages inside the caller's write transaction,
+    """Lease up to ``ask.limit`` messages inside the caller's write transaction,
     and claim the dead letters found due on the way."""
-    parts = sorted(set(partitions))
+    limit, now = ask.limit, ask.now_micros
+    parts = sorted(set(ask.partitions))
     conn.execute(
         "INSERT OR IGNORE INTO subscriptions VALUES (?, ?, ?)",
         (queue.incarnation, subscription, now),
@@ -134,7 +129,7 @@ def reserve(
             else _new_default(conn, queue, parts, after, need, visible, now, passed)
         )
         chosen += found
-    until = now + visibility_timeout * ids.MICROS
+    until = now + ask.visibility_timeout * ids.MICROS
     new_leases: list[tuple] = []
     moved: dict[tuple[int, int], tuple[int, bytes]] = {}
     tokens = new_tokens(len(chosen))

@@ -38,6 +38,7 @@ from queuey.model import (
     Reserved,
     make_receipt,
 )
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite import deadletters, receipts, reservation
 from queuey.storage.sqlite.database import Database
 
@@ -49,20 +50,10 @@ class SqliteWorkQueue:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def reserve(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        partitions: Sequence[int],
-        limit: int,
-        visibility_timeout: int,
-        now: int,
-    ) -> Reserved:
+    def reserve(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
         """Lease messages and claim due dead letters (see :meth:`Storage.reserve`)."""
         with self.db.write() as conn:
-            leased, letters = reservation.reserve(
-                conn, queue, subscription, partitions, limit, visibility_timeout, now
-            )
+            leased, letters = reservation.reserve(conn, queue, subscription, ask)
         # Receipts are made once the write lock is released.
         deliveries = [
             Delivery(message, attempts, make_receipt(message.partition, message.id, token), first)
@@ -83,29 +74,18 @@ class SqliteWorkQueue:
         return answer
 
     def release(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        given: Sequence[str],
-        now: int,
-        delay: int,
-        error: str | None,
+        self, queue: QueueMeta, subscription: str, ask: ReleaseAsk
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
         """End leases now (see :meth:`Storage.release`)."""
         with self.db.write() as conn:
-            return receipts.release(conn, queue, subscription, given, now, delay, error)
+            return receipts.release(conn, queue, subscription, ask)
 
     def extend(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        given: Sequence[str],
-        now: int,
-        visibility_timeout: int,
+        self, queue: QueueMeta, subscription: str, ask: ExtendAsk
     ) -> dict[str, ReceiptStatus]:
         """Move current leases' ends (see :meth:`Storage.extend`)."""
         with self.db.write() as conn:
-            return receipts.extend(conn, queue, subscription, given, now, visibility_timeout)
+            return receipts.extend(conn, queue, subscription, ask)
 
     def reopen(
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now: int
