@@ -13,15 +13,17 @@ from pyramid.request import Request
 
 from queuey.applications import load_applications
 from queuey.clock import SYSTEM_CLOCK, Clock
-from queuey.core.groups import Groups
-from queuey.core.overview import Overview
+from queuey.core.metrics import Metrics
+from queuey.core.services import Services, build_services, services_of
 from queuey.errors import ConfigurationError
 from queuey.server import ROLE_ENV, SHARED_DIR_ENV
 from queuey.settings import check_max_ttl, check_read_delay, load_settings
 from queuey.storage import Storage, load_backend
 from queuey.web.coordination import Coordination
 from queuey.web.fastpath import FastPath
-from queuey.web.resources import QueueCache
+from queuey.web.metrics import RequestRecorder
+from queuey.web.schemas import Models, build_models
+from queuey.web.state import WebState, web_state_of
 
 log = logging.getLogger(__name__)
 
@@ -52,24 +54,33 @@ class QueueyRequest(Request):
             raise too_large(limit)
         self.body = raw
 
-    # The registry's services as plain class attributes: Pyramid applies
+    # The app's services as plain class attributes: Pyramid applies
     # ``add_request_method`` extensions to every request it makes, a cost each
     # request pays before any view runs.
     @reify
+    def services(self) -> Services:
+        return services_of(self.registry)
+
+    @reify
     def storage(self) -> Storage:
-        return self.registry.storage
+        return self.services.storage
 
     @reify
     def clock(self) -> Clock:
-        return self.registry.clock
+        return self.services.clock
 
     @reify
-    def metrics(self):
-        return self.registry.metrics
+    def metrics(self) -> Metrics:
+        return self.services.metrics
 
     @reify
-    def models(self):
-        return self.registry.api_models
+    def web(self) -> WebState:
+        """The HTTP doors' own state (:mod:`queuey.web.state`)."""
+        return web_state_of(self.registry)
+
+    @reify
+    def models(self) -> Models:
+        return self.web.models
 
     @reify
     def admin_form(self) -> dict[str, str]:
@@ -78,6 +89,24 @@ class QueueyRequest(Request):
         from queuey.web.params import form
 
         return form(self, limit_of(self))
+
+
+#: What the app factory includes (the admin pages too when enabled).
+DOORS = (
+    "queuey.web.bodies",  # each route's largest body, checked before any other work
+    "queuey.web.security",
+    "queuey.web",
+    "queuey.sqs.views",
+    "queuey.sqs.limits",
+)
+
+
+def keep(registry, services: Services, web: WebState) -> None:
+    """The one place the app keeps anything on Pyramid's registry: the core's
+    services (:func:`queuey.core.services.services_of`) and the HTTP doors'
+    state (:func:`queuey.web.state.web_state_of`)."""
+    registry.queuey = services
+    registry.queuey_web = web
 
 
 def main(global_config: dict | None = None, config: Configurator | None = None, **settings: Any):
@@ -101,57 +130,34 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
             storage.close()
         raise
 
-    if config is None:
-        config = Configurator(settings=settings)
-    registry = config.registry
-    registry.queuey_settings = parsed
-    registry.applications = load_applications(parsed.applications_file)
-    registry.storage = storage
-    registry.clock = clock
-    registry.queue_cache = QueueCache(
-        parsed.metadata_cache_seconds, shared=storage.metadata_changes()
-    )
-    registry.coordination = Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None
     # Under the production server's workers, one process of its own measures
     # queues and publishes the figures; the workers follow (queuey.server).
     role = os.environ.get(ROLE_ENV, "")
-    #: The server's own directory, shared by its processes (None: serving alone).
-    registry.shared_dir = Path(os.environ[SHARED_DIR_ENV]) if role else None
-    snapshot = registry.shared_dir / "overview.pickle" if role else None
-    registry.overview = Overview(
+    services = build_services(
+        parsed,
+        load_applications(parsed.applications_file),
         storage,
         clock,
-        lambda: registry.applications.keys(),
-        interval=0 if role == "worker" else parsed.stats_interval,
-        max_age=parsed.stats_max_age,
-        budget=parsed.stats_budget,
-        max_queues=parsed.stats_max_queues,
-        publish=snapshot if role == "refresher" else None,
-        follow=snapshot if role == "worker" else None,
+        role=role,  # type: ignore[arg-type]
+        shared_dir=Path(os.environ[SHARED_DIR_ENV]) if role else None,
     )
-    registry.groups = None
-    if parsed.zookeeper_hosts:
-        registry.groups = Groups(
-            parsed.zookeeper_hosts,
-            parsed.groups_root,
-            storage,
-            clock,
-            lambda: registry.applications.keys(),
-            max_age=parsed.stats_max_age,
-        )
-        registry.overview.after_pass.append(registry.groups.refresh_if_stale)
-        registry.overview.shared["groups"] = (registry.groups.snapshot, registry.groups.adopt)
+    web = WebState(
+        models=build_models(parsed.max_partitions, parsed.max_ttl, parsed.default_ttl),
+        recorder=RequestRecorder(services.metrics),
+        coordination=Coordination(parsed.zookeeper_hosts) if parsed.zookeeper_hosts else None,
+    )
+    if config is None:
+        config = Configurator(settings=settings)
+    keep(config.registry, services, web)
 
     config.set_request_factory(QueueyRequest)
-    # Each route's largest body; first, so that every door can declare its own.
-    config.include("queuey.web.bodies")
-    config.include("queuey.web.security")
-    config.include("queuey.web")
-    config.include("queuey.sqs.views")
-    config.include("queuey.sqs.limits")
+    # Every door only reads and fills what keep() put on the registry, so the
+    # order they are included in does not matter.
+    for door in DOORS:
+        config.include(door)
     if parsed.admin_enabled:
         config.include("queuey.admin")
     config.scan("queuey.web")
-    registry.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
+    services.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
     log.info("queuey ready: storage=%s", parsed.storage_backend)
     return FastPath(config.make_wsgi_app(), QueueyRequest)

@@ -50,7 +50,7 @@ def clock() -> ManualClock:
 @pytest.fixture(scope="session")
 def cassandra_cluster():
     """The project's single real Cassandra node (started if not running)."""
-    from queuey.harness import cassandra
+    from harness import cassandra
 
     return cassandra.ensure_running(1)
 
@@ -61,7 +61,7 @@ def cassandra_settings(cassandra_cluster) -> dict[str, str]:
     starts from the schema the code creates."""
     from cassandra.cluster import Cluster
 
-    from queuey.harness.cassandra import PROTOCOL_VERSION, connection_class
+    from harness.cassandra import PROTOCOL_VERSION, connection_class
 
     cluster = Cluster(
         cassandra_cluster.contact_points,
@@ -175,7 +175,7 @@ def make_live_server(request, tmp_path, applications_file, test_apps):
     yield make
     for server in servers:
         server.stop()
-        server.app.registry.storage.close()
+        server.app.registry.queuey.storage.close()
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def live_server(make_live_server):
 @pytest.fixture(scope="session")
 def zookeeper_hosts() -> str:
     """The project's real ZooKeeper ("host:port"), started if not running."""
-    from queuey.harness import zookeeper
+    from harness import zookeeper
 
     return zookeeper.ensure_running().hosts
 

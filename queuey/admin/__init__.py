@@ -22,8 +22,10 @@ from __future__ import annotations
 from pyramid.csrf import SessionCSRFStoragePolicy
 
 from queuey.admin.session import SignIns, session_factory, session_secret
+from queuey.core.services import services_of
 from queuey.server import maybe_one_of_several, shared_session_secret
 from queuey.web.bodies import add_body_limit
+from queuey.web.security import use_session_sign_ins
 
 #: name, pattern, context factory. Every admin route starts with ``admin.``.
 ROUTES = [
@@ -46,8 +48,7 @@ ROUTES = [
 
 
 def includeme(config) -> None:
-    registry = config.registry
-    settings = registry.queuey_settings
+    settings = services_of(config.registry).settings
     secret = session_secret(
         settings.admin_secret, shared=shared_session_secret(), alone=not maybe_one_of_several()
     )
@@ -57,7 +58,7 @@ def includeme(config) -> None:
         )
     )
     config.set_csrf_storage_policy(SessionCSRFStoragePolicy())
-    registry.session_sign_ins = SignIns(secret)
+    use_session_sign_ins(config, SignIns(secret))
     # request.admin_form: a POSTed form's fields (queuey.app.QueueyRequest),
     # at most queuey.max_form_size, but the message form's, which carries a
     # message (percent-encoding takes up to 3 bytes a byte).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyramid.httpexceptions import HTTPNotFound, HTTPSeeOther
 from pyramid.view import view_config
 
-from queuey.admin.session import Refusal
+from queuey.admin.session import Refusal, sign_ins_of
 from queuey.web.params import query
 
 TEMPLATE = "queuey.admin:templates/signin.jinja2"
@@ -28,7 +28,7 @@ def sign_in(request):
     name = request.admin_form.get("application", "").strip()[:200]
     key = request.admin_form.get("key", "")[:1000]
     target = _next(request, request.admin_form.get("next"))
-    outcome = request.registry.session_sign_ins.sign_in(request, name, key)
+    outcome = sign_ins_of(request).sign_in(request, name, key)
     if isinstance(outcome, Refusal):
         request.response.status = outcome.status
         return {"name": name, "next": target, "refusal": outcome.message}
@@ -37,7 +37,7 @@ def sign_in(request):
 
 @view_config(route_name="admin.signout", request_method="POST", require_csrf=True)
 def sign_out(request):
-    request.registry.session_sign_ins.sign_out(request)
+    sign_ins_of(request).sign_out(request)
     return HTTPSeeOther(location=request.route_path("admin.signin"))
 
 

@@ -13,16 +13,16 @@ from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
 from queuey.admin.messages import PAGE, read_page
+from queuey.core.access import Permission
 from queuey.core.workqueues import own_attributes
 from queuey.errors import QueueNotFound
 from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.responses import timestamp_json
-from queuey.web.security import Permission
 
 
 def _dead_queue(request, meta):
     try:
-        return request.registry.workqueues.get_queue(meta.application, meta.dead_letter_name)
+        return request.services.queues.get(meta.application, meta.dead_letter_name)
     except QueueNotFound:
         return None
 
@@ -40,7 +40,7 @@ def dead_letters(request):
     letters = read_page(request, dead, before) if dead is not None else []
     figures = None
     if dead is not None:
-        overview = request.registry.overview
+        overview = request.services.overview
         figures = overview.figures(dead.application, dead.name) or overview.refresh(dead)
     return {
         "meta": meta,
@@ -72,8 +72,8 @@ def redrive(request):
     if dead is None:
         request.session.flash("There are no dead letters to move.", "error")
         return HTTPSeeOther(location=target)
-    result = request.registry.workqueues.redrive(dead, params.limit)
-    overview = request.registry.overview
+    result = request.services.workqueues.redrive(dead, params.limit)
+    overview = request.services.overview
     overview.refresh(dead)
     overview.refresh(meta)
     request.session.flash(

@@ -1,6 +1,6 @@
 """Consumer groups of the signed-in application: members, partition owners, lag.
 
-Read from :mod:`queuey.core.groups` (``registry.groups``, cached there; ``None``
+Read from :mod:`queuey.core.groups` (``request.services.groups``, cached there; ``None``
 when ``queuey.zookeeper.hosts`` is not set, and the page says so).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pyramid.view import view_config
 
+from queuey.core.access import Permission
 from queuey.core.groups import GroupsUnavailable
-from queuey.web.security import Permission
 
 
 @view_config(
@@ -19,7 +19,7 @@ from queuey.web.security import Permission
     renderer="queuey.admin:templates/groups.jinja2",
 )
 def groups(request):
-    source = getattr(request.registry, "groups", None)
+    source = request.services.groups
     if source is None:
         return {"configured": False, "groups": [], "unavailable": False}
     try:

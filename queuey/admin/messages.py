@@ -6,9 +6,10 @@ timestamps). Messages of several partitions minted in the very same
 microsecond could straddle a page boundary; ids are minted a microsecond
 apart per node, so that takes two nodes and a coincidence.
 
-A test message goes through the API's placement model and message rules
-(:mod:`queuey.web.messages`) and is stored by :meth:`WorkQueues.post`, so
-metrics, long polls and the overview see it like any other.
+A test message goes through the API's placement model and the core's message
+rules (:meth:`queuey.core.messages.MessageRules.from_json`) and is stored by
+:meth:`WorkQueues.post`, so metrics, long polls and the overview see it like
+any other.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from pyramid.view import view_config
 
 from queuey import ids, jsonio
 from queuey.admin.queues import queue_page
+from queuey.core.access import Permission
+from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.model import ReadQuery
 from queuey.placement import random_partition
-from queuey.web.messages import new_message
 from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate
 from queuey.web.responses import timestamp_json
-from queuey.web.security import Permission
 
 #: Messages per page.
 PAGE = 20
@@ -34,7 +35,7 @@ PLACEMENT_FIELDS = ("partition", "partition_key", "ttl", "delay", "priority", "d
 def read_page(request, meta, before: str | None, limit: int = PAGE):
     """The newest ``limit`` readable messages older than ``before`` (seconds)."""
     now = request.clock.now_micros()
-    delay = request.registry.queuey_settings.read_delay_micros
+    delay = request.services.settings.read_delay_micros
     until = now - delay if delay else None
     if before:
         try:
@@ -81,7 +82,7 @@ def browse(request):
 )
 def post_message(request):
     meta = request.context.meta
-    settings = request.registry.queuey_settings
+    settings = request.services.settings
     form = {name: request.admin_form.get(name, "") for name in ("body", *PLACEMENT_FIELDS)}
     given = {name: form[name].strip() for name in PLACEMENT_FIELDS if form[name].strip()}
     try:
@@ -92,14 +93,16 @@ def post_message(request):
             )
         body = jsonio.loads(raw)
         placement = validate(request.models.placement, given, meta.partitions)
-        message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
-        (stored,) = request.registry.workqueues.post(meta, [message])
-    except InvalidParameters as exc:
+        message = request.services.rules.from_json(
+            meta, body, placement, random_partition(meta.partitions)
+        )
+        (stored,) = request.services.workqueues.post(meta, [message])
+    except (InvalidParameters, InvalidFields) as exc:
         errors = exc.errors
-    except (PayloadTooLarge, jsonio.InvalidJSON, jsonio.NotJSON) as exc:
+    except (PayloadTooLarge, InvalidMessage, jsonio.InvalidJSON, jsonio.NotJSON) as exc:
         errors = {getattr(exc, "field", "body"): str(exc)}
     else:
-        request.registry.overview.refresh(meta)
+        request.services.overview.refresh(meta)
         request.session.flash(f"Posted message {stored.id.hex} to partition {stored.partition}.")
         return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
     request.response.status = 400

@@ -1,8 +1,8 @@
 """Queue pages: the list with figures, creating, one queue's page, purge and delete.
 
-Forms go through the API's own models and rules (``request.models`` and the
-checks of :mod:`queuey.web.queues`), so a queue the admin page creates is one
-the API would have created from the same fields.
+Forms go through the API's own models (``request.models``) and the core's
+queue rules and lifecycle (:mod:`queuey.core.queues`), so a queue the admin
+page creates is one the API would have created from the same fields.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
 from queuey.admin.chart import charts
+from queuey.core.access import Permission
+from queuey.core.queues import InvalidQueue, queue_from
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.web.params import InvalidParameters, query, validate
-from queuey.web.queues import new_queue
-from queuey.web.security import Permission
 
 #: Queues per page of the list.
 PAGE = 50
@@ -33,7 +33,7 @@ def application_name(request) -> str:
 
 def figures_of(request, meta: QueueMeta):
     """The queue's cached figures, measured now if it has none yet."""
-    overview = request.registry.overview
+    overview = request.services.overview
     return overview.figures(meta.application, meta.name) or overview.refresh(meta)
 
 
@@ -56,7 +56,7 @@ def queue_list(request):
         request.models.list_queues, {"limit": PAGE, **({"offset": after} if after else {})}
     )
     metas = request.storage.list_queues(app, params.limit, params.offset)
-    overview = request.registry.overview
+    overview = request.services.overview
     rows, measured = [], 0
     for meta in metas:
         figures = overview.figures(app, meta.name)
@@ -84,7 +84,7 @@ def _new_queue_form(request, values=None, errors=None):
     return {
         "values": {**defaults, **(values or {})},
         "errors": errors or {},
-        "max_partitions": request.registry.queuey_settings.max_partitions,
+        "max_partitions": request.services.settings.max_partitions,
     }
 
 
@@ -109,8 +109,9 @@ def create_queue(request):
     given = filled(request, QUEUE_FIELDS)
     try:
         params = validate(request.models.create_queue, given)
-        meta = new_queue(request, params, application_name(request))
-    except InvalidParameters as exc:
+        now = request.clock.now_micros()
+        meta = request.services.queues.create(queue_from(params, application_name(request), now))
+    except (InvalidParameters, InvalidQueue) as exc:
         request.response.status = 400
         return _new_queue_form(request, given, exc.errors)
     except QueueExists:
@@ -118,14 +119,14 @@ def create_queue(request):
         return _new_queue_form(
             request, given, {"queue_name": f"a queue named {given['queue_name']} exists already"}
         )
-    request.registry.overview.refresh(meta)
+    request.services.overview.refresh(meta)
     request.session.flash(f"Created queue {meta.name}.")
     return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
 
 
 def queue_page(request, meta: QueueMeta, **extra):
     """The values of a queue's page (``extra``: a post form's values and errors)."""
-    overview = request.registry.overview
+    overview = request.services.overview
     figures = figures_of(request, meta)
     history = overview.history(meta.application, meta.name)
     now = request.clock.now_micros()
@@ -157,7 +158,7 @@ def queue_detail(request):
 )
 def measure(request):
     meta = request.context.meta
-    request.registry.overview.refresh(meta)
+    request.services.overview.refresh(meta)
     return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
 
 
@@ -198,10 +199,8 @@ def purge(request):
     if not _confirmed(request):
         request.response.status = 400
         return _confirm(request, "purge", "Type the queue's name to confirm.")
-    request.registry.workqueues.purge_queue(meta)
-    request.registry.overview.refresh(
-        request.registry.workqueues.get_queue(meta.application, meta.name)
-    )
+    request.services.queues.purge(meta)
+    request.services.overview.refresh(request.services.queues.get(meta.application, meta.name))
     request.session.flash(f"Purged queue {meta.name}: its messages are gone.")
     return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
 
@@ -218,7 +217,7 @@ def delete(request):
     if not _confirmed(request):
         request.response.status = 400
         return _confirm(request, "delete", "Type the queue's name to confirm.")
-    request.registry.workqueues.delete_queue(meta)
-    request.registry.overview.forget(meta.application, meta.name)
+    request.services.queues.delete(meta)
+    request.services.overview.forget(meta.application, meta.name)
     request.session.flash(f"Deleted queue {meta.name}.")
     return HTTPSeeOther(location=request.route_path("admin.queues"))

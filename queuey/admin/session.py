@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pyramid.session import SignedCookieSessionFactory
 
 from queuey.applications import Application, digest
+from queuey.core.access import client_address, key_of_unknown_application
 from queuey.errors import ConfigurationError
-from queuey.web.security import client_address, key_of_unknown_application
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Refusal:
 class SignIns:
     """Signs sessions in and out, and says whom a session names.
 
-    ``registry.session_sign_ins``; the security policy asks
+    Kept in :attr:`queuey.web.state.WebState.session_sign_ins`; the security policy asks
     :meth:`application` on every admin request.
     """
 
@@ -110,13 +110,13 @@ class SignIns:
         The answers match the API's: an unknown application and a wrong key
         are both 401, a right key from a disallowed address is 403.
         """
-        application = request.registry.applications.get(name) if name else None
+        application = request.services.applications.get(name) if name else None
         if application is None:
             key_of_unknown_application(key)  # costs what a key check costs
             return Refusal(401, "Unknown application or wrong key.")
         if not application.key_matches(key):
             return Refusal(401, "Unknown application or wrong key.")
-        address = client_address(request, request.registry.queuey_settings.trusted_proxies)
+        address = client_address(request, request.services.settings.trusted_proxies)
         if not application.address_allowed(address):
             return Refusal(403, "This address may not use the application's key.")
         offered = digest(key)
@@ -136,10 +136,18 @@ class SignIns:
         name, fingerprint = session.get(APPLICATION), session.get(KEY)
         if not isinstance(name, str) or not isinstance(fingerprint, str):
             return None
-        application = request.registry.applications.get(name)
+        application = request.services.applications.get(name)
         if application is None:
             return None
         found = False
         for stored in application.key_digests:
             found |= hmac.compare_digest(self.fingerprint(stored), fingerprint)
         return application if found else None
+
+
+def sign_ins_of(request) -> SignIns:
+    """The app's sign-ins, which :mod:`queuey.admin` keeps with the HTTP doors' state."""
+    found = request.web.session_sign_ins
+    if not isinstance(found, SignIns):
+        raise LookupError("the admin pages are not included")
+    return found

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from queuey import ids
 from queuey.clock import Clock
-from queuey.core.quotas import Quotas
+from queuey.core.messages import MessageRules
+from queuey.core.queues import Queues
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
 from queuey.ids import InvalidId
 from queuey.model import (
@@ -40,6 +39,7 @@ from queuey.model import (
     ReceiptStatus,
 )
 from queuey.placement import partition_for_key
+from queuey.settings import DEFAULTS
 from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,11 @@ log = logging.getLogger(__name__)
 #: Partitions of a dead-letter queue this service creates: dead letters are
 #: few, and one partition keeps a redrive's "oldest first" a single read.
 DEAD_LETTER_PARTITIONS = 1
+#: The largest message when no rules are given (``queuey.max_message_size``'s default).
+DEFAULT_MAX_MESSAGE_SIZE = int(DEFAULTS["queuey.max_message_size"])
 #: Longest ``last_error`` kept on a dead letter (an attribute value's limit).
 MAX_ERROR_TEXT = 1024
-#: The attributes a dead letter carries (DESIGN.md, "Dead letters").
+#: The attributes a dead letter carries.
 SOURCE_ATTRIBUTES = (
     "source_queue",
     "source_message_id",
@@ -58,25 +60,6 @@ SOURCE_ATTRIBUTES = (
     "attempts",
     "last_error",
 )
-
-
-class MetadataCache(Protocol):
-    """What the service needs of a queue-metadata cache (the web layer's ``QueueCache``)."""
-
-    def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta: ...
-
-    def changing(self, application: str, name: str) -> AbstractContextManager[None]: ...
-
-
-class NoCache:
-    """Every lookup goes to storage (the command line)."""
-
-    def get(self, application: str, name: str, load: Callable[[], QueueMeta]) -> QueueMeta:
-        return load()
-
-    @contextmanager
-    def changing(self, application: str, name: str) -> Iterator[None]:
-        yield
 
 
 @dataclass(frozen=True)
@@ -138,7 +121,12 @@ class WorkQueues:
     messages became available at once (a post or release without delay, a
     redrive), so long polls on this process can wake. ``on_posted(queue,
     count)`` and ``on_acked(queue, count)`` feed the metrics and the
-    operators' overview.
+    operators' overview. Without them (Spark's executors, the command line,
+    tests) those side effects are none, and the rules are the same.
+
+    ``queues`` is the queue lifecycle it finds and makes queues through
+    (default: uncached, without a queue limit); ``rules`` the message rules
+    (default: ``max_ttl`` and the default largest message).
     """
 
     def __init__(
@@ -146,51 +134,34 @@ class WorkQueues:
         storage: Storage,
         clock: Clock,
         *,
-        max_ttl: int,
+        max_ttl: int | None = None,
+        rules: MessageRules | None = None,
         read_delay_micros: int = 0,
-        cache: MetadataCache | None = None,
+        queues: Queues | None = None,
         on_available: Callable[[str, str], None] | None = None,
         on_posted: Callable[[QueueMeta, int], None] | None = None,
         on_acked: Callable[[QueueMeta, int], None] | None = None,
-        quotas: Quotas | None = None,
     ) -> None:
+        if rules is None:
+            if max_ttl is None:
+                raise TypeError("WorkQueues needs rules or max_ttl")
+            rules = MessageRules(max_ttl=max_ttl, max_message_size=DEFAULT_MAX_MESSAGE_SIZE)
         self.storage = storage
-        self.quotas = quotas
         self.clock = clock
-        self.max_ttl = max_ttl
+        self.rules = rules
+        self.max_ttl = rules.max_ttl
         self.read_delay_micros = read_delay_micros
-        self.cache: MetadataCache = cache or NoCache()
+        self.queues = queues or Queues(storage)
         self.on_available = on_available or (lambda application, name: None)
         self.on_posted = on_posted or (lambda queue, count: None)
         self.on_acked = on_acked or (lambda queue, count: None)
 
-    # -- queues -----------------------------------------------------------------
-    def create_queue(self, meta: QueueMeta) -> QueueMeta:
-        """Create a queue for a caller (every door's one way): within its
-        application's queue limit (:meth:`queuey.core.quotas.Quotas.check_new_queue`,
-        ``TooManyQueues``), then stored (``QueueExists`` when the name is taken).
-        Dead-letter queues made by :meth:`dead_letter_queue` skip the limit:
-        refusing one would leave its source's failed messages cycling."""
-        if self.quotas is not None:
-            self.quotas.check_new_queue(self.storage, meta.application)
-        with self.cache.changing(meta.application, meta.name):
-            return self.storage.create_queue(meta)
-
-    def get_queue(self, application: str, name: str) -> QueueMeta:
-        return self.cache.get(application, name, lambda: self.storage.get_queue(application, name))
-
-    def purge_queue(self, queue: QueueMeta) -> None:
-        with self.cache.changing(queue.application, queue.name):
-            self.storage.purge_queue(queue.application, queue.name)
-
-    def delete_queue(self, queue: QueueMeta) -> None:
-        with self.cache.changing(queue.application, queue.name):
-            self.storage.delete_queue(queue.application, queue.name)
-
     # -- messages ---------------------------------------------------------------
     def post(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
-        """Store messages (see :meth:`Storage.put_messages`) and wake this
-        process's long polls when one is due now."""
+        """Store messages (see :meth:`Storage.put_messages`): every post's one
+        way, whatever door or service step it comes from, so the metrics, the
+        operators' overview and this process's long polls (woken when a
+        message is due now) see them all."""
         stored = self.storage.put_messages(queue, messages)
         self.on_posted(queue, len(stored))
         if any(message.delay == 0 for message in messages):
@@ -274,7 +245,7 @@ class WorkQueues:
         """
         application, name = queue.application, queue.dead_letter_name
         try:
-            return self.get_queue(application, name)
+            return self.queues.get(application, name)
         except QueueNotFound:
             pass
         meta = QueueMeta(
@@ -287,10 +258,9 @@ class WorkQueues:
             created=self.clock.now_micros(),
         )
         try:
-            with self.cache.changing(application, name):
-                created = self.storage.create_queue(meta)
+            created = self.queues.create(meta, limited=False)
         except QueueExists:  # another node or thread made it first
-            return self.storage.get_queue(application, name)
+            return self.queues.fresh(application, name)
         log.info("created dead-letter queue %s/%s for %s", application, name, queue.name)
         return created
 
@@ -308,8 +278,8 @@ class WorkQueues:
             return 0
         try:
             target = self.dead_letter_queue(queue)
-            ttl = min(target.ttl, self.max_ttl)
-            self.storage.put_messages(
+            ttl = self.rules.ttl_of(target)
+            self.post(
                 target,
                 [
                     NewMessage(
@@ -397,7 +367,7 @@ class WorkQueues:
         if source is None:
             return "not a dead letter: it has no valid source_* attributes"
         try:
-            queue = self.get_queue(application, source.queue)
+            queue = self.queues.get(application, source.queue)
         except QueueNotFound:
             return f"the source queue {source.queue} no longer exists"
         if source.ref.partition <= queue.partitions:
@@ -409,20 +379,19 @@ class WorkQueues:
                     "the source message is not finished in subscription "
                     f"{source.subscription} (already redriven, or being dead-lettered)"
                 )
-        self.storage.put_messages(
+        self.post(  # due now: the long polls wake
             queue,
             [
                 NewMessage(
                     body=letter.body,
                     partition=min(source.ref.partition, queue.partitions),
-                    ttl=min(queue.ttl, self.max_ttl),
+                    ttl=self.rules.ttl_of(queue),
                     priority=letter.priority,
                     dedup_id=redrive_dedup_id(queue.name, source.ref.id.hex),
                     attributes=own_attributes(letter),
                 )
             ],
         )
-        self.on_available(application, queue.name)
         return "reposted"
 
 

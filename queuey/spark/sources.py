@@ -19,8 +19,11 @@ from typing import Protocol
 
 from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
+from queuey.core.messages import MessageRules
+from queuey.core.workqueues import WorkQueues
 from queuey.limits import MAX_READ
 from queuey.model import Message, MessagePage, NewMessage, QueueMeta, ReadQuery
+from queuey.settings import DEFAULTS
 from queuey.spark.connections import Connection, HttpConnection, StorageConnection
 from queuey.storage import Storage, load_backend
 
@@ -54,13 +57,30 @@ class Source(Protocol):
     def read_delay_micros(self) -> int: ...
 
 
+def rules_of(connection: StorageConnection) -> MessageRules:
+    """The message rules of the service whose settings ``connection`` carries."""
+    settings = {**DEFAULTS, **connection.settings_dict()}
+    return MessageRules(
+        max_ttl=int(settings["queuey.max_ttl"]),
+        max_message_size=int(settings["queuey.max_message_size"]),
+    )
+
+
 class StorageSource:
-    """A :class:`Source` over a :class:`~queuey.storage.Storage` backend."""
+    """A :class:`Source` over a :class:`~queuey.storage.Storage` backend.
+
+    Puts go through the service core's one post
+    (:meth:`queuey.core.workqueues.WorkQueues.post`), as the API's do. An
+    executor is not a server: it has no metrics, long polls or overview to
+    feed, so the post's side effects are none here; an API node's long polls
+    find the messages on their next poll.
+    """
 
     def __init__(self, connection: StorageConnection) -> None:
         settings = connection.settings_dict()
         self.connection = connection
         self.storage: Storage = load_backend(connection.backend, settings, SYSTEM_CLOCK)
+        self.work = WorkQueues(self.storage, SYSTEM_CLOCK, rules=rules_of(connection))
         # Only messages older than now - delay are final (invariant 2); the
         # delay is never shorter than the backend needs, whatever was configured.
         configured = float(settings.get("queuey.read_delay", 0) or 0)
@@ -82,7 +102,7 @@ class StorageSource:
         return self.storage.read_messages(meta, query)
 
     def put(self, meta: QueueMeta, messages: Sequence[NewMessage]) -> list[int]:
-        return [m.timestamp for m in self.storage.put_messages(meta, messages)]
+        return [m.timestamp for m in self.work.post(meta, messages)]
 
     def scan(self, meta: QueueMeta, query: ReadQuery, page_size: int) -> Iterator[MessagePage]:
         return served.count(self.storage.scan_messages(meta, query, page_size))

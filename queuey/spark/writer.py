@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import Row, StructType
 
+from queuey.core.messages import InvalidMessage, MessageRules
 from queuey.errors import ConfigurationError
 from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key
@@ -34,7 +35,7 @@ from queuey.spark.options import (
     int_option,
     required_option,
 )
-from queuey.spark.sources import Source, open_source
+from queuey.spark.sources import Source, open_source, rules_of
 
 log = logging.getLogger(__name__)
 
@@ -188,12 +189,11 @@ class Sink:
         self.ttl = int_option(options, "ttl", None, 1)
         self.columns = [f.name for f in schema.fields]
         self.has_body = "body" in self.columns
-        if isinstance(self.connection, StorageConnection):
-            settings = {**DEFAULTS, **self.connection.settings_dict()}
-            self.max_ttl = int(settings["queuey.max_ttl"])
-            self.max_size = int(settings["queuey.max_message_size"])
-        else:
-            self.max_ttl = self.max_size = 0  # the service checks
+        #: The service's message rules, checked here for a store written
+        #: directly; through the HTTP API the service checks them.
+        self.rules: MessageRules | None = (
+            rules_of(self.connection) if isinstance(self.connection, StorageConnection) else None
+        )
 
     def encode(self, row: Row) -> RowMessage:
         """The row's message text and given placement; ``ValueError`` when it has none."""
@@ -212,8 +212,6 @@ class Sink:
         if not isinstance(parsed, dict):
             raise ValueError(f"a message must be a JSON object, got {type(parsed).__name__}")
         text = json.dumps(parsed, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-        if self.max_size and len(text.encode("utf-8")) > self.max_size:
-            raise ValueError(f"a message is larger than {self.max_size} bytes")
         partition, key, ttl = (values.get(c) for c in CONTROL_COLUMNS)
         return RowMessage(
             body=text,
@@ -223,7 +221,11 @@ class Sink:
         )
 
     def place(self, encoded: RowMessage, meta: QueueMeta) -> NewMessage:
-        """The message to store: its partition (the row's, its key's, or round robin) and ttl."""
+        """The message to store: its partition (the row's, its key's, or round
+        robin), its ttl (the row's, the ``ttl`` option, or the queue's) and
+        the rest by the service's message rules (:mod:`queuey.core.messages`):
+        a ttl at most ``queuey.max_ttl``, the queue's delay, the largest
+        message. ``ValueError`` names what is wrong."""
         partition = encoded.partition
         if partition is None:
             partition = (
@@ -233,10 +235,16 @@ class Sink:
             )
         if not 1 <= partition <= meta.partitions:
             raise ValueError(f"partition {partition} not in 1..{meta.partitions}")
-        ttl = encoded.ttl or self.ttl or meta.ttl
-        if ttl < 1 or (self.max_ttl and ttl > self.max_ttl):
-            raise ValueError(f"ttl {ttl} not in 1..{self.max_ttl}")
-        return NewMessage(body=encoded.body, partition=partition, ttl=int(ttl))
+        given = encoded.ttl or self.ttl
+        if self.rules is None:
+            ttl = given or meta.ttl
+            if ttl < 1:
+                raise ValueError(f"ttl {ttl} is not positive")
+            return NewMessage(body=encoded.body, partition=partition, ttl=int(ttl))
+        try:
+            return self.rules.build(meta, encoded.body, partition, ttl=given)
+        except InvalidMessage as exc:
+            raise ValueError(f"{exc.field}: {exc}") from None
 
     def post(self, rows: Iterable[Row], dedup_ids: DedupIds | None = None) -> QueueyCommitMessage:
         """Post every row, ``batchSize`` messages a put, each with ``dedup_ids``' id if given."""

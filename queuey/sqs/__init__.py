@@ -1,4 +1,4 @@
-"""The Amazon SQS-compatible endpoint (DESIGN.md, "SQS-compatible endpoint").
+"""The Amazon SQS-compatible endpoint (docs/sqs.rst).
 
 ``POST /`` (and ``/<account id>/<queue>``) speaks both SQS wire protocols over
 Queuey's own storage, so every SQS client works with ``endpoint_url`` pointed

@@ -11,6 +11,7 @@ import uuid
 
 from pyramid.response import Response
 
+from queuey.core.services import services_of
 from queuey.sqs import protocol
 from queuey.sqs.errors import SQSError
 from queuey.sqs.views import ROUTES, request_limit
@@ -19,7 +20,7 @@ from queuey.web.params import PayloadTooLarge
 
 
 def too_large(exc: PayloadTooLarge, request) -> Response:
-    limit = request.registry.body_limits.get(request.matched_route.name)
+    limit = request.web.body_limits.get(request.matched_route.name)
     error = SQSError("RequestEntityTooLarge", f"The request is larger than {limit} bytes.")
     status, headers, payload = protocol.error(
         "X-Amz-Target" in request.headers, error, str(uuid.uuid4())
@@ -30,7 +31,7 @@ def too_large(exc: PayloadTooLarge, request) -> Response:
 
 
 def includeme(config) -> None:
-    limit = request_limit(config.registry.queuey_settings.max_message_size)
+    limit = request_limit(services_of(config.registry).settings.max_message_size)
     for name, _pattern in ROUTES:
         add_body_limit(config, name, limit)
         config.add_exception_view(too_large, context=PayloadTooLarge, route_name=name)

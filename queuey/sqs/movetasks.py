@@ -75,6 +75,8 @@ class MoveTasks:
     def __init__(self, storage: Storage, work: WorkQueues, clock: Clock) -> None:
         self.storage = storage
         self.work = work
+        #: Queues are found and changed through the core (the cache kept right).
+        self.queues = work.queues
         self.clock = clock
         self._cancelled: dict[str, threading.Event] = {}
 
@@ -96,14 +98,9 @@ class MoveTasks:
     ) -> str:
         """Store ``state`` if ``sqs.move`` still holds ``previous``; the text stored."""
         text = json.dumps(state, separators=(",", ":"))
-        with self.work.cache.changing(application, name):
-            self.storage.update_queue(
-                application,
-                name,
-                attributes_set={KEY: text},
-                attributes_if={KEY: previous},
-                **more,
-            )
+        self.queues.update(
+            application, name, attributes_set={KEY: text}, attributes_if={KEY: previous}, **more
+        )
         return text
 
     def _now_ms(self) -> int:
@@ -122,7 +119,7 @@ class MoveTasks:
     ) -> str:
         """Start a task; ``queues`` are the application's queues (for the cycle check)."""
         try:
-            source = self.storage.get_queue(source.application, source.name)
+            source = self.queues.fresh(source.application, source.name)
         except QueueNotFound:
             raise SQSError("QueueDoesNotExist", "The specified queue does not exist.") from None
         previous = source.attributes.get(KEY)
@@ -234,7 +231,7 @@ class MoveTasks:
         _, name, task_id = found
         for _ in range(CANCEL_ATTEMPTS):
             try:
-                meta = self.storage.get_queue(application, name)
+                meta = self.queues.fresh(application, name)
             except QueueNotFound:
                 raise SQSError(
                     "ResourceNotFoundException", "The task handle does not exist."
@@ -245,16 +242,12 @@ class MoveTasks:
             if not self._running(state) or meta.attributes.get(CANCEL) == task_id:
                 raise invalid("Only a task with the status RUNNING can be cancelled.")
             try:
-                with self.work.cache.changing(application, name):
-                    self.storage.update_queue(
-                        application,
-                        name,
-                        attributes_set={CANCEL: task_id},
-                        attributes_if={
-                            KEY: meta.attributes[KEY],
-                            CANCEL: meta.attributes.get(CANCEL),
-                        },
-                    )
+                self.queues.update(
+                    application,
+                    name,
+                    attributes_set={CANCEL: task_id},
+                    attributes_if={KEY: meta.attributes[KEY], CANCEL: meta.attributes.get(CANCEL)},
+                )
             except AttributesChanged:
                 continue  # the task wrote its progress meanwhile: look again
             event = self._cancelled.get(task_id)
@@ -274,7 +267,7 @@ class MoveTasks:
         saved = time.monotonic()
         try:
             while True:
-                meta = self.storage.get_queue(application, state["source"])
+                meta = self.queues.fresh(application, state["source"])
                 if meta.attributes.get(KEY) != text:
                     log.warning("message move task %s was replaced; it stops", state["id"])
                     return
@@ -360,7 +353,7 @@ class MoveTasks:
             why = next(iter(result.skipped.values()), None)
             return moved, (why if not moved else None)
         try:
-            target = self.storage.get_queue(application, destination)
+            target = self.queues.fresh(application, destination)
         except QueueNotFound:
             return 0, f"the destination queue {destination} no longer exists"
         now = self.clock.now_micros()
@@ -377,8 +370,9 @@ class MoveTasks:
         if not found:
             return 0, None
         found = _within_bytes(found, ROUND_BYTES)
-        ttl = min(target.ttl, self.work.max_ttl)
-        self.storage.put_messages(
+        ttl = self.work.rules.ttl_of(target)
+        # The core's one post: counted, and the destination's long polls woken.
+        self.work.post(
             target,
             [
                 NewMessage(
@@ -395,7 +389,6 @@ class MoveTasks:
             ],
         )
         self.storage.delete_messages(source, [MessageRef(m.partition, m.id) for m in found])
-        self.work.on_available(application, destination)
         return len(found), None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from queuey import ids
+from queuey.core.messages import MessageRules
 from queuey.model import QueueMeta
 from queuey.sqs.errors import SQSError
 
@@ -141,21 +142,13 @@ def _boolean(name: str, value: str) -> str:
     return value.lower()
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What the service allows, from its settings."""
-
-    max_message_size: int
-    max_ttl: int
-
-
 def attribute_changes(
     given: Mapping[str, Any],
     meta: QueueMeta | None,
     *,
     fifo: bool,
     place: Place,
-    limits: Limits,
+    limits: MessageRules,
     now_micros: int,
 ) -> dict[str, Any]:
     """``update_queue`` changes for the SQS ``Attributes`` of a CreateQueue
@@ -188,7 +181,7 @@ def attribute_changes(
         elif name == "VisibilityTimeout":
             changes["visibility_timeout"] = _integer(name, value, 0, 43200)
         elif name == "MessageRetentionPeriod":
-            changes["ttl"] = _integer(name, value, 60, min(1209600, limits.max_ttl))
+            changes["ttl"] = _integer(name, value, 60, limits.clamp_ttl(1209600))
         elif name == "RedrivePolicy":
             changes.update(_redrive_policy(value, place))
         else:
@@ -198,7 +191,7 @@ def attribute_changes(
     return changes
 
 
-def _stored_value(name: str, value: str, place: Place, limits: Limits) -> str:
+def _stored_value(name: str, value: str, place: Place, limits: MessageRules) -> str:
     if name == "MaximumMessageSize":
         return str(_integer(name, value, 1024, limits.max_message_size))
     if name == "ReceiveMessageWaitTimeSeconds":
@@ -311,7 +304,7 @@ def tag_attributes(attributes: Mapping[str, str], tags: Mapping[str, str]) -> di
     return added
 
 
-def max_message_size(meta: QueueMeta, limits: Limits) -> int:
+def max_message_size(meta: QueueMeta, limits: MessageRules) -> int:
     stored = meta.attributes.get("sqs.MaximumMessageSize")
     return min(int(stored), limits.max_message_size) if stored else limits.max_message_size
 
@@ -329,7 +322,7 @@ def dedup_per_group(meta: QueueMeta) -> bool:
 
 
 def attribute_values(
-    meta: QueueMeta, names: set[str], place: Place, limits: Limits, counts: Mapping[str, int]
+    meta: QueueMeta, names: set[str], place: Place, limits: MessageRules, counts: Mapping[str, int]
 ) -> dict[str, str]:
     """GetQueueAttributes' answer for ``names`` (already checked); ``counts``
     holds the three message counts when one of them was asked for."""

@@ -1,6 +1,8 @@
-"""SendMessage's entries as Queuey messages: every SQS rule a send must pass
-(size, delay, FIFO group and deduplication ids), checked before anything is
-stored, and the digests a client verifies in the reply."""
+"""SendMessage's entries as Queuey messages: an entry parsed, the SQS rules
+(FIFO group and deduplication ids, DelaySeconds' range) checked, the message
+built by the core's rules (:mod:`queuey.core.messages`: size, ttl, delay),
+worded as SQS words them, before anything is stored; and the digests a client
+verifies in the reply."""
 
 from __future__ import annotations
 
@@ -8,16 +10,17 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from queuey.core.messages import InvalidMessage, MessageRules
 from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key, random_partition
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs import queues as qs
-from queuey.sqs.errors import invalid, missing
+from queuey.sqs.errors import SQSError, invalid, missing
 
 
 def new_message(
-    meta: QueueMeta, entry: Mapping, limits: qs.Limits, now_micros: int
+    meta: QueueMeta, entry: Mapping, rules: MessageRules, now_micros: int
 ) -> tuple[NewMessage, dict, int]:
     """One message to store, the reply fields known before storing, and its size."""
     body = entry.get("MessageBody")
@@ -33,12 +36,11 @@ def new_message(
     size = (
         len(body.encode("utf-8")) + msgs.attributes_size(attributes) + msgs.attributes_size(system)
     )
-    limit = qs.max_message_size(meta, limits)
-    if size > limit:
-        raise invalid(
-            f"One or more parameters are invalid. Reason: Message must be shorter than "
-            f"{limit} bytes."
-        )
+    limit = qs.max_message_size(meta, rules)
+    try:
+        rules.check_size(size, limit)
+    except InvalidMessage:
+        raise _too_long(limit) from None
     delay = inputs.integer(entry, "DelaySeconds", 0, 900)
     if delay is not None and meta.fifo:
         raise invalid(
@@ -62,34 +64,41 @@ def new_message(
             "Value for parameter MessageDeduplicationId is invalid. Reason: The request "
             "include parameter that is not valid for this queue type."
         )
-    ttl = min(meta.ttl, limits.max_ttl)
-    delay = meta.delay if delay is None else delay
-    if delay > ttl:
-        raise invalid(
-            f"DelaySeconds ({delay}) is longer than the queue's MessageRetentionPeriod ({ttl})."
-        )
     dedup_id = dedup
     if dedup is not None and qs.dedup_per_group(meta):
         dedup_id = hashlib.sha256(f"{group}\x1f{dedup}".encode()).hexdigest()
     trace = system.get("AWSTraceHeader")
-    message = NewMessage(
-        body=msgs.encode_body(body),
-        partition=(
-            partition_for_key(group, meta.partitions)
-            if group is not None
-            else random_partition(meta.partitions)
-        ),
-        ttl=ttl,
-        delay=delay,
-        dedup_id=dedup_id,
-        attributes=msgs.store_attributes(
-            attributes,
-            trace=trace.value if trace is not None else None,  # type: ignore[arg-type]
-            group=group,
-            dedup=dedup,
-            sent_millis=now_micros // 1000 if delay else None,
-        ),
-    )
+    delays = delay if delay is not None else meta.delay
+    try:
+        message = rules.build(
+            meta,
+            msgs.encode_body(body),
+            (
+                partition_for_key(group, meta.partitions)
+                if group is not None
+                else random_partition(meta.partitions)
+            ),
+            delay=delay,
+            dedup_id=dedup_id,
+            attributes=msgs.store_attributes(
+                attributes,
+                trace=trace.value if trace is not None else None,  # type: ignore[arg-type]
+                group=group,
+                dedup=dedup,
+                sent_millis=now_micros // 1000 if delays else None,
+            ),
+            size=size,
+            max_size=limit,
+        )
+    except InvalidMessage as exc:
+        if exc.rule == "size":
+            raise _too_long(limit) from None
+        if exc.rule in ("delay", "queue_delay"):
+            raise invalid(
+                f"DelaySeconds ({delays}) is longer than the queue's MessageRetentionPeriod "
+                f"({rules.ttl_of(meta)})."
+            ) from None
+        raise invalid(f"One or more parameters are invalid. Reason: {exc.field} {exc}.") from None
     reply: dict[str, Any] = {"MD5OfMessageBody": msgs.md5_hex(body.encode("utf-8"))}
     digest = msgs.md5_of_attributes(attributes)
     if digest:
@@ -98,3 +107,9 @@ def new_message(
     if digest:
         reply["MD5OfMessageSystemAttributes"] = digest
     return message, reply, size
+
+
+def _too_long(limit: int) -> SQSError:
+    return invalid(
+        f"One or more parameters are invalid. Reason: Message must be shorter than {limit} bytes."
+    )

@@ -15,13 +15,14 @@ import uuid
 from pyramid.response import Response
 from pyramid.security import NO_PERMISSION_REQUIRED
 
+from queuey.core.access import client_address
 from queuey.core.quotas import Throttled, TooManyQueues
+from queuey.core.services import services_of
 from queuey.errors import StorageUnavailable
 from queuey.sqs import protocol, sigv4
 from queuey.sqs.actions import Caller, SQSService
 from queuey.sqs.errors import SQSError
 from queuey.sqs.queues import Place
-from queuey.web.security import client_address
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,9 @@ def request_limit(max_message_size: int) -> int:
     return 3 * max_message_size + 65536
 
 
-def endpoint(request):
-    registry = request.registry
-    service: SQSService = registry.sqs
-    settings = registry.queuey_settings
+def endpoint(request, service: SQSService):
+    services = request.services
+    settings = services.settings
     request_id = str(uuid.uuid4())
     json_protocol = "X-Amz-Target" in request.headers
     call = None
@@ -50,7 +50,7 @@ def endpoint(request):
         # view ran (queuey.web.bodies, answered by queuey.sqs.limits).
         body = request.body
         application = _authenticate(request, body)
-        registry.quotas.admit(application.name)  # its rate (queuey.core.quotas)
+        services.quotas.admit(application.name)  # its rate (queuey.core.quotas)
         call = protocol.read_call(
             request.method,
             request.headers.get("X-Amz-Target"),
@@ -99,7 +99,8 @@ def endpoint(request):
 
 
 def _authenticate(request, body: bytes):
-    applications = request.registry.applications
+    settings = request.services.settings
+    applications = request.services.applications
     found = []
 
     def secrets_for(access_key: str):
@@ -120,10 +121,10 @@ def _authenticate(request, body: bytes):
         ),
         secrets_for,
         now=request.clock.now_micros() / 1e6,
-        region=request.registry.queuey_settings.sqs_region,
+        region=settings.sqs_region,
     )
     application = found[0]  # the one the verified access key named
-    address = client_address(request, request.registry.queuey_settings.trusted_proxies)
+    address = client_address(request, settings.trusted_proxies)
     if not application.address_allowed(address):
         raise SQSError(
             "AccessDenied", "Access to the resource is denied: this address may not use it."
@@ -132,20 +133,17 @@ def _authenticate(request, body: bytes):
 
 
 def includeme(config) -> None:
-    registry = config.registry
-    settings = registry.queuey_settings
-    registry.sqs = SQSService(
-        registry.storage,
-        registry.workqueues,
-        registry.clock,
-        settings,
-        registry.long_polls,
-        on_received=registry.metrics.messages_reserved,
-    )
+    """The endpoint's routes, its one service object kept by its view. Reads
+    only the app's services, so it may be included before or after the REST API."""
+    service = SQSService(services_of(config.registry))
+
+    def view(request):
+        return endpoint(request, service)
+
     for name, pattern in ROUTES:
         config.add_route(name, pattern)
         config.add_view(
-            endpoint,
+            view,
             route_name=name,
             request_method=("GET", "POST"),
             permission=NO_PERMISSION_REQUIRED,

@@ -1,7 +1,8 @@
 """Every request's body, bounded before anything reads it.
 
-Each route has a largest body it accepts (``registry.body_limits``, route
-name -> bytes), declared by the door that owns the route: the API's routes by
+Each route has a largest body it accepts
+(:attr:`queuey.web.state.WebState.body_limits`, route name -> bytes),
+declared by the door that owns the route: the API's routes by
 the setting their views read with (``queuey.max_message_size``,
 ``queuey.max_batch_size``), the SQS endpoint's and the admin pages' message
 form by their own includes (:func:`add_body_limit`); every other route, and a
@@ -34,7 +35,9 @@ from pyramid.events import NewResponse
 from pyramid.interfaces import IRouteRequest, IRoutesMapper
 from pyramid.threadlocal import manager
 
+from queuey.core.services import services_of
 from queuey.web.params import PayloadTooLarge
+from queuey.web.state import web_state_of
 
 #: The API's routes whose views read a body, and the setting bounding it
 #: (what each view passes to :mod:`queuey.web.params`).
@@ -57,15 +60,19 @@ CHUNK = 65536
 def add_body_limit(config, route_name: str, limit: int) -> None:
     """Let ``route_name`` take bodies of up to ``limit`` bytes (the default
     is ``queuey.max_form_size``)."""
-    config.registry.body_limits[route_name] = limit
+    web_state_of(config.registry).body_limits[route_name] = limit
 
 
 def limit_of(request) -> int:
     """The largest body the request's route accepts."""
     route = getattr(request, "matched_route", None)
     registry = request.registry
-    default = registry.queuey_settings.max_form_size
-    return registry.body_limits.get(route.name, default) if route is not None else default
+    default = services_of(registry).settings.max_form_size
+    return (
+        web_state_of(registry).body_limits.get(route.name, default)
+        if route is not None
+        else default
+    )
 
 
 def read_at_most(stream: Any, size: int) -> bytes:
@@ -90,9 +97,10 @@ class BodyLimits:
     def __init__(self, registry: Any, request_factory: type) -> None:
         self.registry = registry
         self.request_factory = request_factory
-        self.record = registry.request_recorder
-        limits = registry.body_limits
-        default = registry.queuey_settings.max_form_size
+        web = web_state_of(registry)
+        self.record = web.recorder
+        limits = web.body_limits
+        default = services_of(registry).settings.max_form_size
         routes = registry.queryUtility(IRoutesMapper).get_routes()
         unknown = set(limits) - {route.name for route in routes}
         if unknown:
@@ -161,8 +169,6 @@ class BodyLimits:
 
 
 def includeme(config) -> None:
-    registry = config.registry
-    settings = registry.queuey_settings
-    registry.body_limits = {}
+    settings = services_of(config.registry).settings
     for name, setting in API_LIMITS.items():
         add_body_limit(config, name, getattr(settings, setting))

@@ -19,6 +19,7 @@ from queuey.jsonio import InvalidJSON, NotJSON
 from queuey.web.params import InvalidParameters, PayloadTooLarge
 from queuey.web.responses import error
 from queuey.web.security import Refused
+from queuey.web.state import web_state_of
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ def not_found(exc: HTTPNotFound, request):
 def allowed_methods(registry) -> dict[str, frozenset[str]]:
     """Route name -> the methods its views answer (GET implies HEAD, as in
     Pyramid), read once from the registered views for ``Allow``."""
-    table = getattr(registry, "queuey_allowed_methods", None)
+    web = web_state_of(registry)
+    table = web.allowed_methods
     if table is None:
         found: dict[str, set[str]] = {}
         for item in registry.introspector.get_category("views"):
@@ -119,7 +121,7 @@ def allowed_methods(registry) -> dict[str, frozenset[str]]:
                 methods.add("HEAD")
             found.setdefault(view["route_name"], set()).update(methods)
         table = {route: frozenset(methods) for route, methods in found.items()}
-        registry.queuey_allowed_methods = table
+        web.allowed_methods = table
     return table
 
 

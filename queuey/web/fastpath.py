@@ -70,7 +70,7 @@ class FastPath:
         self.registry = registry = router.registry
         self.request_factory = request_factory
         self.policy = registry.queryUtility(ISecurityPolicy)
-        self.record = registry.request_recorder
+        self.record = registry.queuey_web.recorder
         self.bounded = BodyLimits(registry, request_factory)
         mapper = registry.queryUtility(IRoutesMapper)
         views = registered_views(registry)

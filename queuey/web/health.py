@@ -41,7 +41,7 @@ def heartbeat(request):
         # The detail (hosts, driver messages) is for operators, not for anyone asking.
         log.warning("heartbeat: storage unavailable: %s", exc)
         checks["storage"] = "unavailable"
-    coordination = request.registry.coordination
+    coordination = request.web.coordination
     if coordination is not None:
         state = coordination.check()
         if state != "ok":
@@ -52,7 +52,7 @@ def heartbeat(request):
         {"status": "ok" if healthy else "error", "checks": checks}, status=200 if healthy else 503
     )
     if not healthy:
-        response.headers["Retry-After"] = str(request.registry.queuey_settings.retry_after)
+        response.headers["Retry-After"] = str(request.services.settings.retry_after)
     return response
 
 
@@ -63,6 +63,6 @@ def version_info(request):
             "status": "ok",
             "name": "queuey",
             "version": release() or "unknown",
-            "storage": request.registry.queuey_settings.storage_backend,
+            "storage": request.services.settings.storage_backend,
         }
     )

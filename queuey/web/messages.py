@@ -7,10 +7,12 @@ from typing import Any
 
 from pyramid.view import view_config
 
-from queuey import ids, jsonio
+from queuey import ids
+from queuey.core.access import Permission
+from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
-from queuey.placement import partition_for_key, random_partition
+from queuey.placement import random_partition
 from queuey.web.params import (
     PATTERN_WORDS,
     InvalidParameters,
@@ -21,7 +23,6 @@ from queuey.web.params import (
 )
 from queuey.web.responses import message_ref, messages_response, ok
 from queuey.web.schemas import MESSAGE_REFS_PATTERN
-from queuey.web.security import Permission
 
 MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 
@@ -29,63 +30,28 @@ MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 def new_message(
     request, meta: QueueMeta, body: Any, placement, default_partition: int, prefix: str
 ) -> NewMessage:
-    """One message, placed. The schema validated ``placement``; what is left is a
-    body that is not an object, ``partition`` given with ``partition_key`` and a
-    delay longer than the ttl (rules across two parameters OpenAPI cannot state)."""
-    settings = request.registry.queuey_settings
-    errors = {}
-    if placement.partition is not None and placement.partition_key is not None:
-        errors[prefix + "partition_key"] = "give either partition or partition_key, not both"
-    if not isinstance(body, dict):
-        errors[prefix + "body"] = "a message must be a JSON object"
-    # A queue made before the operator lowered queuey.max_ttl keeps its ttl on
-    # record, but no message outlives the limit in force now.
-    ttl = placement.ttl if placement.ttl is not None else min(meta.ttl, settings.max_ttl)
-    if placement.delay is not None:
-        delay = placement.delay
-        if delay > ttl:
-            errors[prefix + "delay"] = f"must be at most the message's ttl ({ttl} s)"
-    else:
-        delay = meta.delay
-        if delay > ttl:
-            errors[prefix + "ttl"] = (
-                f"the queue's delay ({delay} s) is longer than this message's ttl ({ttl} s)"
-            )
-    if errors:
-        raise InvalidParameters(errors)
-    text = jsonio.dumps(body)
-    if len(text.encode("utf-8")) > settings.max_message_size:
-        raise PayloadTooLarge(
-            prefix + "body", f"the message is larger than {settings.max_message_size} bytes"
-        )
-    partition = placement.partition
-    if partition is None:
-        if placement.partition_key is not None:
-            partition = partition_for_key(placement.partition_key, meta.partitions)
-        else:
-            partition = default_partition
-    return NewMessage(
-        body=text,
-        partition=partition,
-        ttl=ttl,
-        delay=delay,
-        priority=placement.priority or 0,
-        dedup_id=placement.dedup_id,
-        attributes=getattr(placement, "attributes", None) or None,
-    )
+    """One message, placed, by the core's rules (:meth:`MessageRules.from_json
+    <queuey.core.messages.MessageRules.from_json>`), worded as the API words
+    them: each field named with ``prefix`` (``messages[3].`` in a batch), a
+    body too large a 413."""
+    try:
+        return request.services.rules.from_json(meta, body, placement, default_partition)
+    except InvalidFields as exc:
+        raise InvalidParameters({prefix + k: v for k, v in exc.errors.items()}) from None
+    except InvalidMessage as exc:  # only a body too large comes alone
+        raise PayloadTooLarge(prefix + "body", str(exc)) from None
 
 
 def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
     """Store ``messages`` and answer with their ids."""
-    stored = request.registry.workqueues.post(meta, messages)
+    stored = request.services.workqueues.post(meta, messages)
     return ok(201, messages=[message_ref(m) for m in stored])
 
 
 @view_config(route_name="queue", request_method="POST", permission=Permission.MANAGE)
 def post_message(request):
     meta = request.context.meta
-    settings = request.registry.queuey_settings
-    body = json_body(request, settings.max_message_size)
+    body = json_body(request, request.services.settings.max_message_size)
     placement = validate(request.models.placement, query(request), meta.partitions)
     message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
     return _stored(request, meta, [message])
@@ -94,7 +60,7 @@ def post_message(request):
 @view_config(route_name="queue_batch", request_method="POST", permission=Permission.MANAGE)
 def post_batch(request):
     meta = request.context.meta
-    settings = request.registry.queuey_settings
+    settings = request.services.settings
     limit = settings.max_batch_messages
     payload = json_body(request, settings.max_batch_size)
     entries = payload.get("messages") if isinstance(payload, dict) else None
@@ -128,7 +94,7 @@ def read_messages(request):
         list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
     )
     now = request.clock.now_micros()
-    delay = request.registry.queuey_settings.read_delay_micros
+    delay = request.services.settings.read_delay_micros
     messages = request.storage.read_messages(
         meta,
         ReadQuery(

@@ -1,7 +1,8 @@
-"""Request logging and Prometheus metrics.
+"""Request logging and Prometheus metrics over HTTP.
 
 A tween times every request, logs one line for it (never the key) and feeds
-the counters; ``GET /metrics`` exposes them to addresses in
+the request counters; ``GET /metrics`` exposes them, the core's counters
+(:mod:`queuey.core.metrics`) and the per-queue gauges to addresses in
 ``queuey.metrics.allow``.
 """
 
@@ -11,7 +12,7 @@ import logging
 import os
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -19,9 +20,12 @@ from prometheus_client.registry import Collector
 from pyramid.response import Response
 from pyramid.view import view_config
 
+from queuey.core.access import client_address
+from queuey.core.metrics import Metrics
+from queuey.core.services import services_of
 from queuey.settings import address_in
 from queuey.web.responses import error
-from queuey.web.security import client_address
+from queuey.web.state import web_state_of
 
 log = logging.getLogger("queuey.request")
 #: Set by the server runner when workers share their metrics through files.
@@ -36,81 +40,19 @@ def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else "other"
 
 
-class Metrics:
-    """The service's instruments, in a registry of their own per app instance."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        #: Collectors of ours, exposed beside the workers' summed metrics.
-        self.custom_collectors: list[Collector] = []
-        self.requests = Counter(
-            "queuey_requests",
-            "HTTP requests answered",
-            ["route", "method", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "queuey_request_seconds",
-            "Time to answer a request",
-            ["route"],
-            registry=self.registry,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-        )
-        self.posted = Counter("queuey_messages_posted", "Messages accepted", registry=self.registry)
-        self.read = Counter("queuey_messages_read", "Messages returned", registry=self.registry)
-        self.reserved = Counter(
-            "queuey_messages_reserved", "Messages leased by reserve", registry=self.registry
-        )
-        self.acked = Counter("queuey_messages_acked", "Leases acked", registry=self.registry)
-        self.released = Counter(
-            "queuey_messages_released", "Leases ended by release", registry=self.registry
-        )
-        self.extended = Counter("queuey_leases_extended", "Leases extended", registry=self.registry)
-        self.dead_lettered = Counter(
-            "queuey_messages_dead_lettered",
-            "Messages moved to a dead-letter queue",
-            registry=self.registry,
-        )
-        self.reserve_waiting = Gauge(
-            "queuey_reserve_waiting",
-            "Reserve calls long-polling now",
-            registry=self.registry,
-            multiprocess_mode="livesum",  # summed over the server's live workers
-        )
-        self.reserve_wait_refused = Counter(
-            "queuey_reserve_wait_refused",
-            "Reserve calls answered at once: queuey.reserve.max_waiting were waiting",
-            registry=self.registry,
-        )
-
-    def exposed(self) -> CollectorRegistry:
-        """What ``/metrics`` shows: this registry; or, when the server runs
-        worker processes (``PROMETHEUS_MULTIPROC_DIR`` set by
-        :mod:`queuey.server`), every worker's counters, histograms and gauges
-        summed from their files, plus this registry's own collectors (the
-        per-queue gauges, which every worker reads from the same store)."""
-        if not os.environ.get(MULTIPROCESS_DIR):
-            return self.registry
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry)
-        for collector in self.custom_collectors:
-            registry.register(collector)
-        return registry
-
-    def messages_read(self, count: int) -> None:
-        self.read.inc(count)
-
-    def messages_reserved(self, count: int) -> None:
-        self.reserved.inc(count)
-
-    def messages_released(self, count: int) -> None:
-        self.released.inc(count)
-
-    def leases_extended(self, count: int) -> None:
-        self.extended.inc(count)
-
-    def messages_dead_lettered(self, count: int) -> None:
-        self.dead_lettered.inc(count)
+def exposed(metrics: Metrics) -> CollectorRegistry:
+    """What ``/metrics`` shows: the app's registry; or, when the server runs
+    worker processes (``PROMETHEUS_MULTIPROC_DIR`` set by
+    :mod:`queuey.server`), every worker's counters, histograms and gauges
+    summed from their files, plus the app's own collectors (the per-queue
+    gauges, which every worker reads from the same store)."""
+    if not os.environ.get(MULTIPROCESS_DIR):
+        return metrics.registry
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    for collector in metrics.custom_collectors:
+        registry.register(collector)
+    return registry
 
 
 class QueueCollector(Collector):
@@ -231,7 +173,7 @@ class RequestRecorder:
 
 
 def metrics_tween_factory(handler, registry):
-    record = registry.request_recorder
+    record = web_state_of(registry).recorder
 
     def tween(request):
         start = time.perf_counter()
@@ -244,20 +186,16 @@ def metrics_tween_factory(handler, registry):
 
 @view_config(route_name="metrics", request_method="GET")
 def metrics_view(request):
-    settings = request.registry.queuey_settings
+    settings = request.services.settings
     # The caller's address as the API sees it (behind a trusted proxy, the
     # client it forwards for), not the socket peer, which may be that proxy.
     if not address_in(client_address(request, settings.trusted_proxies), settings.metrics_allow):
         return error(403, {"client_address": "metrics are not exposed to this address"})
-    body = generate_latest(request.registry.metrics.exposed())
+    body = generate_latest(exposed(request.services.metrics))
     return Response(body=body, content_type=CONTENT_TYPE_LATEST.split(";")[0], charset="utf-8")
 
 
 def includeme(config) -> None:
-    registry = config.registry
-    registry.metrics = Metrics()
-    registry.request_recorder = RequestRecorder(registry.metrics)
-    queues = QueueCollector(registry.overview, registry.groups)
-    registry.metrics.registry.register(queues)
-    registry.metrics.custom_collectors.append(queues)
+    services = services_of(config.registry)
+    services.metrics.add_collector(QueueCollector(services.overview, services.groups))
     config.add_tween("queuey.web.metrics.metrics_tween_factory")

@@ -21,6 +21,7 @@ from queuey.web.answers import RESPONSE_MODELS
 from queuey.web.health import release
 from queuey.web.responses import json_response
 from queuey.web.schemas import PATH_PARAMS, Models
+from queuey.web.state import web_state_of
 
 #: Queues the description's examples name; the schemathesis test creates them
 #: so generated calls reach real queues.
@@ -111,7 +112,7 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _form_or_json(model: type[BaseModel]) -> dict[str, Any]:
-    """Queue parameters come as a JSON object or as form fields (DESIGN.md)."""
+    """Queue parameters come as a JSON object or as form fields (docs/api.rst)."""
     schema = _schema(model)
     return {
         "content": {
@@ -349,8 +350,7 @@ def spec(models: Models) -> dict[str, Any]:
 
 @view_config(route_name="openapi", request_method="GET")
 def openapi_view(request):
-    registry = request.registry
-    document = getattr(registry, "queuey_openapi", None)
-    if document is None:
-        document = registry.queuey_openapi = spec(registry.api_models)
-    return json_response(document)
+    web = web_state_of(request.registry)
+    if web.openapi is None:
+        web.openapi = spec(web.models)
+    return json_response(web.openapi)

@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 
 from queuey import ids
 from queuey.coerce import BOOLEAN_WORDS, as_bool
+from queuey.core.messages import MAX_DEDUP_ID, MAX_PRIORITY
 from queuey.limits import (
     DEFAULT_READ,
     MAX_PARTITION_KEY,
@@ -78,12 +79,10 @@ QUEUE_STATE_MESSAGES = (
     r"give dead_letter_queue",
 )
 
-#: Work-queue limits of DESIGN.md only this layer needs (the ones the client
+#: Work-queue limits (docs/api.rst, "Limits") only this layer needs (those the client
 #: shares are in :mod:`queuey.limits`).
 MAX_ATTEMPTS = 1000
-MAX_PRIORITY = 9
 MAX_RELEASE_DELAY = 43200
-MAX_DEDUP_ID = 128
 MAX_ATTRIBUTES = 10
 MAX_ATTRIBUTE_NAME = 128
 MAX_ATTRIBUTE_VALUE = 1024

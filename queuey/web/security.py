@@ -6,12 +6,14 @@ name is refused exactly as a wrong or missing key is (same status, field and
 words), after a key check against a dummy digest, so neither the answer nor
 its time tells which application names exist. The client
 address is the socket peer, or, when the peer is a trusted proxy, the last
-untrusted address in ``X-Forwarded-For``.
+untrusted address in ``X-Forwarded-For``. Those rules are every door's
+(:mod:`queuey.core.access`); this module is the REST API's and the admin
+pages' Pyramid side of them.
 
 Routes whose context says ``session_identity = True`` (the admin pages,
 :mod:`queuey.admin`) take the application from a signed-in session instead:
-``registry.session_sign_ins`` (a :class:`SessionSignIns`) says which
-application, if any, the session's key still opens. Headers count for nothing
+the sign-ins the admin pages keep (:attr:`queuey.web.state.WebState.session_sign_ins`)
+say which application, if any, the session's key still opens. Headers count for nothing
 there and the session for nothing elsewhere; the address allowlist applies to
 both on every request.
 
@@ -25,39 +27,22 @@ Permissions:
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import hmac
-from dataclasses import dataclass
-from typing import Protocol
-
 from pyramid.interfaces import ISecurityPolicy
 from pyramid.security import Allowed, Denied
 from zope.interface import implementer
 
-from queuey import applications
-from queuey.applications import Application
-from queuey.settings import address_in
+from queuey.core.access import (
+    Identity,
+    Permission,
+    client_address,
+    key_of_unknown_application,
+)
+from queuey.core.services import services_of
+from queuey.web.state import SessionSignIns, web_state_of
+
+__all__ = ["Identity", "Permission", "QueueySecurityPolicy", "Refused", "client_address"]
 
 _UNSET = object()
-
-
-class Permission(enum.Enum):
-    READ = "read"
-    MANAGE = "manage"
-
-
-@dataclass(frozen=True)
-class Identity:
-    application: Application
-    key_valid: bool
-    client_addr: str | None
-    #: True when a signed-in session named the application (the admin pages).
-    from_session: bool = False
-
-    @property
-    def address_allowed(self) -> bool:
-        return self.application.address_allowed(self.client_addr)
 
 
 class Refused(Denied):
@@ -70,46 +55,12 @@ class Refused(Denied):
         return inst
 
 
-#: What the key offered for an unknown application is compared with, so that
-#: refusing it costs what checking a known application's key does.
-_NO_SUCH_KEY = hashlib.sha256(b"queuey: no application has this key").digest()
-
-
-def key_of_unknown_application(key: str | None) -> bool:
-    """Check ``key`` as :meth:`Application.key_matches` would, against a
-    digest no key has: ``False``, at the cost of a key check."""
-    if key:
-        hmac.compare_digest(applications.digest(key), _NO_SUCH_KEY)
-    return False
-
-
 def key_refusal(request) -> Refused:
     """The one answer to a missing or wrong key, whether or not the
     application named exists (an unknown name is refused the same way)."""
     if not request.headers.get("ApplicationKey"):
         return Refused(401, "ApplicationKey", "this call needs the ApplicationKey header")
     return Refused(401, "ApplicationKey", "wrong application key")
-
-
-def client_address(request, trusted_proxies) -> str | None:
-    """The caller's address; ``X-Forwarded-For`` counts only behind trusted proxies."""
-    peer = request.remote_addr
-    if not address_in(peer, trusted_proxies):
-        return peer
-    forwarded = request.headers.get("X-Forwarded-For", "")
-    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-    for hop in reversed(hops):
-        if not address_in(hop, trusted_proxies):
-            return hop
-    return hops[0] if hops else peer
-
-
-class SessionSignIns(Protocol):
-    """Who a signed-in session is (:class:`queuey.admin.session.SignIns`)."""
-
-    def application(self, request) -> Application | None:
-        """The session's application while the key it signed in with is still
-        configured, else ``None``."""
 
 
 def uses_session(request) -> bool:
@@ -127,27 +78,28 @@ class QueueySecurityPolicy:
         return cached
 
     def _identity(self, request) -> Identity | None:
+        services = services_of(request.registry)
+        trusted = services.settings.trusted_proxies
         if uses_session(request):
-            app = request.registry.session_sign_ins.application(request)
+            sign_ins = web_state_of(request.registry).session_sign_ins
+            app = sign_ins.application(request) if sign_ins is not None else None
             if app is None:
                 return None
             return Identity(
                 application=app,
                 key_valid=True,
-                client_addr=client_address(
-                    request, request.registry.queuey_settings.trusted_proxies
-                ),
+                client_addr=client_address(request, trusted),
                 from_session=True,
             )
         name = request.headers.get("X-Application-Name")
-        app = request.registry.applications.get(name) if name else None
+        app = services.applications.get(name) if name else None
         if app is None:
             key_of_unknown_application(request.headers.get("ApplicationKey"))
             return None
         return Identity(
             application=app,
             key_valid=app.key_matches(request.headers.get("ApplicationKey")),
-            client_addr=client_address(request, request.registry.queuey_settings.trusted_proxies),
+            client_addr=client_address(request, trusted),
         )
 
     def authenticated_userid(self, request) -> str | None:
@@ -179,7 +131,7 @@ class QueueySecurityPolicy:
         if identity.key_valid and identity.address_allowed:
             if not request.__dict__.get("_queuey_charged"):
                 request.__dict__["_queuey_charged"] = True
-                request.registry.quotas.admit(identity.application.name)
+                services_of(request.registry).quotas.admit(identity.application.name)
         return allowed
 
     def remember(self, request, userid, **kw):
@@ -187,6 +139,12 @@ class QueueySecurityPolicy:
 
     def forget(self, request, **kw):
         return []
+
+
+def use_session_sign_ins(config, sign_ins: SessionSignIns) -> None:
+    """Let routes whose context says ``session_identity`` take their caller
+    from ``sign_ins`` (the admin pages' sessions)."""
+    web_state_of(config.registry).session_sign_ins = sign_ins
 
 
 def includeme(config) -> None:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pyramid.view import view_config
 
+from queuey.core.access import Permission
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
 from queuey.web.responses import deliveries_response, ok, seconds_or_none
-from queuey.web.security import Permission
 
 
 def _body_limit(request) -> int:
-    return request.registry.queuey_settings.max_message_size
+    return request.services.settings.max_message_size
 
 
 def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
@@ -35,7 +35,7 @@ def reserve(request):
     partitions = (
         list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
     )
-    service = request.registry.workqueues
+    service = request.services.workqueues
     dead_lettered = 0
 
     def attempt() -> Reservation:
@@ -50,7 +50,7 @@ def reserve(request):
         dead_lettered += reservation.dead_lettered
         return reservation
 
-    reservation = request.registry.long_polls.wait_for(
+    reservation = request.services.long_polls.wait_for(
         meta.application,
         meta.name,
         attempt,
@@ -66,7 +66,7 @@ def reserve(request):
 def ack(request):
     meta = request.context.meta
     params = validate(request.models.ack, json_body(request, _body_limit(request)))
-    statuses = request.registry.workqueues.ack(meta, params.subscription, params.receipts)
+    statuses = request.services.workqueues.ack(meta, params.subscription, params.receipts)
     acked, failed = _outcome(statuses)
     return ok(acked=acked, failed=failed)
 
@@ -75,7 +75,7 @@ def ack(request):
 def release(request):
     meta = request.context.meta
     params = validate(request.models.release, json_body(request, _body_limit(request)))
-    done = request.registry.workqueues.release(
+    done = request.services.workqueues.release(
         meta, params.subscription, params.receipts, delay=params.delay, error=params.error
     )
     released, failed = _outcome(done.statuses)
@@ -88,7 +88,7 @@ def release(request):
 def extend(request):
     meta = request.context.meta
     params = validate(request.models.extend, json_body(request, _body_limit(request)))
-    statuses = request.registry.workqueues.extend(
+    statuses = request.services.workqueues.extend(
         meta, params.subscription, params.receipts, params.visibility_timeout
     )
     extended, failed = _outcome(statuses)
@@ -99,7 +99,7 @@ def extend(request):
 @view_config(route_name="queue_stats", request_method="GET", permission=Permission.MANAGE)
 def stats(request):
     meta = request.context.meta
-    found = request.registry.workqueues.stats(meta)
+    found = request.services.workqueues.stats(meta)
     return ok(
         queue_name=meta.name,
         messages=found.messages,
@@ -130,7 +130,7 @@ def stats(request):
 def redrive(request):
     meta = request.context.meta
     params = validate(request.models.redrive, form_or_json(request, _body_limit(request)))
-    result = request.registry.workqueues.redrive(meta, params.limit)
+    result = request.services.workqueues.redrive(meta, params.limit)
     return ok(
         moved=result.moved,
         reposted=result.reposted,

@@ -108,8 +108,8 @@ def test_the_allowlist_is_checked_on_every_request(admin):
 def test_removing_the_key_ends_the_session(admin):
     registry = admin.app.registry
     app = admin.apps.app
-    registry.applications = {
-        **registry.applications,
+    registry.queuey.applications = {
+        **registry.queuey.applications,
         **applications_from_mapping({app: {"keys": [f"plain:{ROTATED_KEY}"]}}),
     }
     assert admin.get("/admin/", status=303).location.endswith("/admin/signin?next=%2Fadmin%2F")

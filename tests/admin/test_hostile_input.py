@@ -104,8 +104,8 @@ def test_bad_utf8_in_a_form_is_refused_and_posts_nothing(jobs):
         assert_refused_politely(response, elapsed)
         assert response.status_code == 400
     assert (
-        jobs.app.registry.overview.refresh(
-            jobs.app.registry.workqueues.get_queue(jobs.apps.app, "jobs")
+        jobs.app.registry.queuey.overview.refresh(
+            jobs.app.registry.queuey.queues.get(jobs.apps.app, "jobs")
         ).depth
         == 0
     )
@@ -150,7 +150,7 @@ def test_create_form_fuzz(jobs, field, value):
     assert_refused_politely(response, time.monotonic() - started)
     if response.status_code == 303:  # accepted: the API's rules allowed it
         created = unquote(response.location.rstrip("/").rsplit("/", 1)[1])
-        jobs.app.registry.storage.delete_queue(jobs.apps.app, created)
+        jobs.app.registry.queuey.storage.delete_queue(jobs.apps.app, created)
 
 
 @FUZZ

@@ -65,7 +65,7 @@ def test_storage_unavailable_is_a_friendly_503(admin, monkeypatch):
     def down(*args, **kwargs):
         raise StorageUnavailable("test: down", retry_after=7)
 
-    monkeypatch.setattr(admin.app.registry.storage, "list_queues", down)
+    monkeypatch.setattr(admin.app.registry.queuey.storage, "list_queues", down)
     res = admin.get("/admin/", status=503)
     assert "Storage unavailable" in res.text and res.headers["Retry-After"] == "7"
     assert "Traceback" not in res.text
@@ -75,7 +75,7 @@ def test_an_unexpected_error_is_logged_and_answered_without_a_traceback(admin, m
     def broken(*args, **kwargs):
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(admin.app.registry.storage, "list_queues", broken)
+    monkeypatch.setattr(admin.app.registry.queuey.storage, "list_queues", broken)
     res = admin.get("/admin/", status=500)
     assert "secret internals" not in res.text and "it has been logged" in res.text
 
@@ -93,7 +93,7 @@ def test_create_a_queue_through_the_form(admin):
 
 
 def test_create_names_each_bad_field_with_the_api_rules(admin):
-    max_partitions = admin.app.registry.queuey_settings.max_partitions
+    max_partitions = admin.app.registry.queuey.settings.max_partitions
     form = admin.get("/admin/new").forms[1]
     form["queue_name"] = "bad name!"
     form["partitions"] = str(max_partitions + 1)
@@ -237,7 +237,7 @@ def test_dead_letters_and_redrive(admin, jobs, clock):
 
 
 def test_groups_page_shows_members_owners_and_lag(admin):
-    admin.app.registry.groups = StandInGroups(
+    admin.app.registry.queuey.groups = StandInGroups(
         [
             GroupFigures(
                 name="billing",
@@ -266,7 +266,7 @@ def test_groups_page_when_zookeeper_does_not_answer(admin):
         def for_application(self, application):
             raise GroupsUnavailable("test")
 
-    admin.app.registry.groups = Down()
+    admin.app.registry.queuey.groups = Down()
     assert "ZooKeeper did not answer" in admin.get("/admin/groups", status=503).text
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import requests
 
 import queuey
-from queuey.harness import cassandra
-from queuey.harness.cassandra import CassandraCluster
+from harness import cassandra
+from harness.cassandra import CassandraCluster
 from tests.support import LiveServer, cassandra_settings_for, start_live_server, wait_until
 
 #: Client-side limit on one HTTP request; far above the service's own
@@ -60,7 +60,7 @@ def serve(settings: dict[str, Any], application: str) -> Iterator[LiveServer]:
         yield server
     finally:
         server.stop()
-        server.app.registry.storage.close()
+        server.app.registry.queuey.storage.close()
 
 
 class Api:
@@ -326,7 +326,7 @@ def crash_under_load(
     finally:
         traffic.stop()
     # Readers hide the newest read_delay seconds (invariant 2); wait them out.
-    read_delay = server.app.registry.queuey_settings.read_delay
+    read_delay = server.app.registry.queuey.settings.read_delay
     time.sleep(max(0.0, traffic.last_ack + read_delay + 0.5 - time.monotonic()))
     try:
         tags = api.read_back(queue)

@@ -1,4 +1,4 @@
-"""The verdict of a work-queue run: DESIGN.md's delivery invariants as counts.
+"""The verdict of a work-queue run: the delivery invariants as counts.
 
 Drawn from a :class:`tests.faults.work_queue_support.WorkLog`, whose calls
 carry the wall-clock times just before each request (``sent``) and just

@@ -24,7 +24,7 @@ def code(exc: pytest.ExceptionInfo) -> str:
 
 
 def stored_queues(sqs) -> list[str]:
-    return [q.name for q in sqs.app.registry.storage.list_queues(sqs.application)]
+    return [q.name for q in sqs.app.registry.queuey.storage.list_queues(sqs.application)]
 
 
 def test_wrong_secret_never_reaches_storage(sqs):
@@ -62,7 +62,9 @@ def test_allowlist_applies(sqs):
         remote.create_queue(QueueName="from-here")
     assert code(exc) == "AccessDenied"
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
-    assert [q.name for q in sqs.app.registry.storage.list_queues(sqs.remote_application)] == []
+    assert [
+        q.name for q in sqs.app.registry.queuey.storage.list_queues(sqs.remote_application)
+    ] == []
 
 
 def _signed(url, app, body, headers, when, query=False, secret=SQS_SECRET, method="POST"):

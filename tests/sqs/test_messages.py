@@ -239,7 +239,7 @@ def test_long_poll_wakes_on_send(client, sqs, queue):
 
     waiter = threading.Thread(target=receive)
     waiter.start()
-    wait_until(lambda: sqs.app.registry.long_polls.waiting == 1, what="the receive to wait")
+    wait_until(lambda: sqs.app.registry.queuey.long_polls.waiting == 1, what="the receive to wait")
     other.send_message(QueueUrl=queue, MessageBody="wake up")
     waiter.join(timeout=30)
     assert [m["Body"] for m in answers["got"]["Messages"]] == ["wake up"]

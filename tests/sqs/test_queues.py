@@ -111,7 +111,7 @@ def test_attributes_round_trip(client, sqs):
     )["Attributes"]
     assert some == {"VisibilityTimeout": "5", "DelaySeconds": "0"}
     # The native API sees the same queue and settings.
-    info = sqs.app.registry.storage.get_queue(sqs.application, "attrs")
+    info = sqs.app.registry.queuey.storage.get_queue(sqs.application, "attrs")
     assert (info.visibility_timeout, info.delay, info.ttl) == (5, 0, 3600)
 
 

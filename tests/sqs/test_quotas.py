@@ -76,7 +76,7 @@ def test_over_the_rate_is_request_throttled(serve, test_apps, protocol):
         headers = throttled.value.response["ResponseMetadata"]["HTTPHeaders"]
         assert 1 <= int(headers["retry-after"]) <= 10
         # Nothing was sent; the neighbour is not slowed.
-        assert server.app.registry.storage.get_queue(test_apps.app, "jobs")
+        assert server.app.registry.queuey.storage.get_queue(test_apps.app, "jobs")
         for _ in range(10):
             other.list_queues()
     finally:
@@ -121,7 +121,7 @@ def test_create_queue_over_the_cap_is_over_limit(serve, test_apps, protocol):
         with pytest.raises(ClientError) as refused:
             client.create_queue(QueueName="three")
         assert error_of(refused) == ("OverLimit", 403)
-        names = [q.name for q in server.app.registry.storage.list_queues(test_apps.app)]
+        names = [q.name for q in server.app.registry.queuey.storage.list_queues(test_apps.app)]
         assert names == ["one", "two"]
         client.delete_queue(QueueUrl=first)
         client.create_queue(QueueName="three")

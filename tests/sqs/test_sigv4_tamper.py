@@ -178,7 +178,7 @@ class Shop:
         return len(answer.json["messages"])
 
     def queues(self) -> set[str]:
-        storage = self.app.app.registry.storage
+        storage = self.app.app.registry.queuey.storage
         return {q.name for q in storage.list_queues(self.application)}
 
 
@@ -201,7 +201,7 @@ def shop(make_app, sqlite_storage, wrap_app, test_apps, tmp_path, clock) -> Iter
         encoding="utf-8",
     )
     app = wrap_app(make_app(sqlite_storage, **{"queuey.applications": str(apps_file)}))
-    account = app.app.registry.applications[test_apps.app].account_id
+    account = app.app.registry.queuey.applications[test_apps.app].account_id
     when = datetime.datetime.fromtimestamp(clock.now_micros() / 1e6, datetime.UTC)
     found = Shop(app, test_apps.app, other, account, when.replace(microsecond=0))
     for queue in ("target", "other"):

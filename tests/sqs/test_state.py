@@ -189,7 +189,7 @@ ODD_TEXT = st.text(max_size=90) | st.text(
 @example(prefix="f" * 81)
 @example(prefix="fuzz-")
 def test_list_queues_prefix_fuzz_never_a_500(sqs, prefix):
-    if not sqs.app.registry.storage.list_queues(sqs.application, limit=3):
+    if not sqs.app.registry.queuey.storage.list_queues(sqs.application, limit=3):
         maker = sqs.client()
         for name in ("fuzz-a", "fuzz-b.fifo", "z"):
             maker.create_queue(QueueName=name)

@@ -7,7 +7,7 @@ import pytest
 
 def _settler(app, clock):
     """Move ``app``'s clock past the read delay, so fresh posts become readable."""
-    delay = app.app.registry.queuey_settings.read_delay
+    delay = app.app.registry.queuey.settings.read_delay
     # A batch minted on a frozen clock spans a few microseconds past "now".
     return lambda: clock.advance(delay + 0.01)
 

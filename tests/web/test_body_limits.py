@@ -73,12 +73,12 @@ def routes_of(wsgi) -> list[tuple[str, str, frozenset[str], int]]:
     """Every registered route: name, a concrete path, its methods, its body limit."""
     registry = wsgi.registry
     methods = allowed_methods(registry)
-    default = registry.queuey_settings.max_form_size
+    default = registry.queuey.settings.max_form_size
     found = []
     for route in registry.queryUtility(IRoutesMapper).get_routes():
         path = route.generate(FILL)
         assert route.match(path) is not None, (route.name, path)
-        limit = registry.body_limits.get(route.name, default)
+        limit = registry.queuey_web.body_limits.get(route.name, default)
         found.append((route.name, path, methods.get(route.name, frozenset({"GET"})), limit))
     return found
 
@@ -197,7 +197,7 @@ def test_a_body_within_its_limit_still_works_chunked(sqlite_app):
 
 def test_the_limits_follow_the_settings(make_app, sqlite_storage):
     registry = make_app(sqlite_storage, **SMALL).registry
-    limits = registry.body_limits
+    limits = registry.queuey_web.body_limits
     assert limits["queue"] == 2048 and limits["queue_batch"] == 4096
     assert limits["admin.post"] == 3 * 2048 + 2048
     assert limits["sqs"] == limits["sqs_queue"] == 3 * 2048 + 65536

@@ -45,7 +45,7 @@ class HookedStorage:
 def hooked(make_app, storage, wrap_app):
     wrapped = HookedStorage(storage)
     app = wrap_app(make_app(wrapped))
-    app.app.registry.queue_cache.ttl = 3600  # only invalidation can refresh it
+    app.app.registry.queuey.cache.ttl = 3600  # only invalidation can refresh it
     return app, wrapped
 
 
@@ -111,8 +111,8 @@ def test_update_is_seen_at_once_despite_a_concurrent_read(hooked):
 def test_a_load_overlapping_a_whole_change_is_not_cached():
     """Pure logic of QueueCache: a reader that fetched metadata before a change
     began and stores it after the change ended must not keep it."""
+    from queuey.core.queues import QueueCache
     from queuey.model import QueueMeta
-    from queuey.web.resources import QueueCache
 
     cache = QueueCache(ttl=60)
     old, new = QueueMeta("app", "q", incarnation="old"), QueueMeta("app", "q", incarnation="new")

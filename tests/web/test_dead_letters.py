@@ -48,7 +48,7 @@ def test_a_message_out_of_attempts_is_dead_lettered_once_with_its_story(sqlite_a
     assert reserved(app, "jobs") == []  # dead-lettered on the way
     info = app.get("/queue/jobs-dead/info", headers=app.auth).json
     assert (info["type"], info["partitions"]) == ("private", 1)
-    assert info["ttl"] == app.app.registry.queuey_settings.max_ttl
+    assert info["ttl"] == app.app.registry.queuey.settings.max_ttl
     (letter,) = dead_letters(app, clock)
     assert letter["body"] == {"n": 1}
     assert letter["attributes"] == {

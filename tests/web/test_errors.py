@@ -131,7 +131,7 @@ def test_metadata_cache_across_two_api_nodes(make_app, storage, wrap_app, settle
     ticks = [0.0]
     node_a = wrap_app(make_app(storage))
     node_b = wrap_app(make_app(storage))
-    node_a.app.registry.queue_cache.now = lambda: ticks[0]
+    node_a.app.registry.queuey.cache.now = lambda: ticks[0]
     create(node_a, "shared", partitions=2)
     assert node_a.get("/queue/shared/info", headers=node_a.reader).json["partitions"] == 2
     node_b.put_json("/queue/shared", {"partitions": 3}, headers=node_b.auth)

@@ -1,4 +1,4 @@
-"""DESIGN.md's invariants, over real HTTP against real storage.
+"""The invariants of docs/invariants.rst, over real HTTP against real storage.
 
 Each test runs on the embedded SQLite store and on the real Cassandra node.
 """
@@ -47,7 +47,7 @@ def page_forward(session, server, queue, since, limit=200):
 def test_no_reader_skips_under_concurrent_writers(make_live_server, backend):
     """Invariant 2: paging forward with since=<last id> never misses a message."""
     server = make_live_server(backend)
-    delay = server.app.registry.queuey_settings.read_delay
+    delay = server.app.registry.queuey.settings.read_delay
     create_queue(server, "noskip", partitions=4)
     acknowledged: set[str] = set()
     lock = threading.Lock()
@@ -122,10 +122,10 @@ def test_acknowledged_messages_survive_a_restart(make_live_server, backend, tmp_
         assert res.status_code == 201
         posted.append(res.json()["messages"][0]["message_id"])
     first.stop()
-    first.app.registry.storage.close()
+    first.app.registry.queuey.storage.close()
 
     second = make_live_server(backend, **extra)
-    delay = second.app.registry.queuey_settings.read_delay
+    delay = second.app.registry.queuey.settings.read_delay
 
     def all_back():
         res = requests.get(

@@ -1,6 +1,6 @@
 """Long polls of ``reserve`` on a real waitress server (threads, sockets), not webtest.
 
-Fifty waiting reserve calls must not delay a post or a read (DESIGN.md, "long
+Fifty waiting reserve calls must not delay a post or a read (docs/invariants.rst, "long
 polls do not starve posts"), and must get messages as soon as they are posted
 instead of waiting out their ``wait``. Times are measured on the wall clock of
 the server's own thread pool, so the bounds are generous for a busy 2-core box
@@ -48,7 +48,7 @@ def serve(request, tmp_path, applications_file, test_apps):
     yield make
     for server in servers:
         server.stop()
-        server.app.registry.storage.close()
+        server.app.registry.queuey.storage.close()
 
 
 class Api:
@@ -79,7 +79,7 @@ def _waiters(api: Api, pool: ThreadPoolExecutor, count: int, wait: int = 20):
 def test_fifty_waiting_reserves_neither_delay_posts_nor_wait_out_their_timeout(serve):
     server = serve()
     api = Api(server)
-    polls = server.app.registry.long_polls
+    polls = server.app.registry.queuey.long_polls
     for name in ("jobs", "other"):
         assert api.call("POST", "/queue", json={"queue_name": name})[1].status_code == 201
     alone_seconds, res = api.call("POST", "/queue/other", json={"n": "alone"})
@@ -135,7 +135,7 @@ def test_more_reserves_than_server_threads_still_leave_room_for_posts(serve):
     calls = 100
     server = serve()
     api = Api(server)
-    polls = server.app.registry.long_polls
+    polls = server.app.registry.queuey.long_polls
     api.call("POST", "/queue", json={"queue_name": "jobs"})
     with ThreadPoolExecutor(calls) as pool:
         futures = _waiters(api, pool, calls)
@@ -169,7 +169,7 @@ def test_more_reserves_than_server_threads_still_leave_room_for_posts(serve):
 def test_a_reserve_beyond_max_waiting_answers_at_once(serve):
     server = serve(**{"queuey.reserve.max_waiting": "2"})
     api = Api(server)
-    polls = server.app.registry.long_polls
+    polls = server.app.registry.queuey.long_polls
     api.call("POST", "/queue", json={"queue_name": "jobs"})
     with ThreadPoolExecutor(2) as pool:
         futures = _waiters(api, pool, 2)
@@ -192,7 +192,9 @@ def test_a_waiter_finds_a_delayed_message_when_it_falls_due(serve):
     api.call("POST", "/queue", json={"queue_name": "jobs"})
     with ThreadPoolExecutor(1) as pool:
         (future,) = _waiters(api, pool, 1, wait=15)
-        wait_until(lambda: server.app.registry.long_polls.waiting == 1, what="a waiting reserve")
+        wait_until(
+            lambda: server.app.registry.queuey.long_polls.waiting == 1, what="a waiting reserve"
+        )
         _, res = api.call("POST", "/queue/jobs?delay=1", json={"n": "late"})
         posted_at = time.monotonic()
         assert res.status_code == 201
@@ -213,7 +215,7 @@ def test_a_waiter_sees_a_post_through_another_api_node_within_the_poll_interval(
     waiting.call("POST", "/queue", json={"queue_name": "jobs"})
     with ThreadPoolExecutor(1) as pool:
         (future,) = _waiters(waiting, pool, 1, wait=15)
-        polls = waiting_node.app.registry.long_polls
+        polls = waiting_node.app.registry.queuey.long_polls
         wait_until(lambda: polls.waiting == 1, what="a waiting reserve")
         _, res = posting.call("POST", "/queue/jobs", json={"n": "elsewhere"})
         posted_at = time.monotonic()
@@ -232,7 +234,7 @@ def test_a_waiter_gives_up_with_nothing_at_its_deadline(serve):
     seconds, messages = api.reserve("jobs", wait=1)
     assert messages == []
     assert 0.9 <= seconds < 4, seconds
-    assert server.app.registry.long_polls.waiting == 0
+    assert server.app.registry.queuey.long_polls.waiting == 0
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Per-message fields over HTTP: delay, priority, dedup_id and attributes
-(DESIGN.md, "Work queues"), on the embedded store with the app's ManualClock."""
+(docs/api.rst, "Work queues"), on the embedded store with the app's ManualClock."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_a_repeated_dedup_id_stores_nothing_within_the_window(sqlite_app, clock,
     assert bodies(read(app, "jobs")) == [{"n": 1}]
     other = post(app, "jobs", {"n": 4}, dedup_id="order-8").json["messages"]
     assert other != first
-    clock.advance(app.app.registry.queuey_settings.dedup_window + 1)
+    clock.advance(app.app.registry.queuey.settings.dedup_window + 1)
     later = post(app, "jobs", {"n": 5}, dedup_id="order-7").json["messages"]
     assert later != first
     sqlite_settle()

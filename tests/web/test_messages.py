@@ -96,7 +96,7 @@ def test_read_delay_hides_the_newest(make_app, storage, clock, wrap_app):
 
 
 def test_message_ttl_expires_exactly(app, clock, settle):
-    delay = app.app.registry.queuey_settings.read_delay
+    delay = app.app.registry.queuey.settings.read_delay
     short_ttl = int(delay) + 5
     create(app, "ttl", ttl=100)
     post(app, "ttl", {"short": True}, ttl=short_ttl)
@@ -160,7 +160,7 @@ def test_a_queue_ttl_above_a_lowered_max_ttl_is_capped(make_app, storage, clock,
     before = wrap_app(make_app(storage))
     create(before, "capped", ttl=1000)
     after = wrap_app(make_app(storage, **{"queuey.max_ttl": "100", "queuey.default_ttl": "100"}))
-    delay = after.app.registry.queuey_settings.read_delay
+    delay = after.app.registry.queuey.settings.read_delay
     post(after, "capped", {"n": 1})
     clock.advance(delay + 0.01)
     assert bodies(read(after, "capped")) == [{"n": 1}]

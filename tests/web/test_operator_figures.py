@@ -117,7 +117,7 @@ def test_metrics_expose_per_queue_gauges_from_the_cache(make_app, sqlite_storage
     create(app, "orders", partitions=2)
     post(app, "orders", {"a": 1})
     post(app, "orders", {"a": 2})
-    overview = app.app.registry.overview
+    overview = app.app.registry.queuey.overview
     text = app.get("/metrics").text
     assert gauge(text, "queuey_queue_depth", application=app.apps.app, queue="orders") is None
 

@@ -22,7 +22,7 @@ def group_app(make_app, sqlite_storage, wrap_app, zookeeper_chroot):
         )
     )
     yield app
-    app.app.registry.groups.close()
+    app.app.registry.queuey.groups.close()
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_a_groups_members_owners_and_lag_per_partition(group_app, start_group):
     wait_until(lambda: len(group.owned()) == 2, timeout=20, what="the member to own both")
     group.checkpoints.write(group.zk, ("orders", 1), Checkpoint.for_id(ids[1]), None)
 
-    (found,) = app.app.registry.groups.for_application(app.apps.app)
+    (found,) = app.app.registry.queuey.groups.for_application(app.apps.app)
     assert found.name == "billing"
     assert [m.member for m in found.members] == ["billing-1"]
     assert found.members[0].application == app.apps.app
@@ -70,7 +70,7 @@ def test_a_groups_members_owners_and_lag_per_partition(group_app, start_group):
     assert found.partitions[0].checkpoint_id == ids[1]
     assert found.partitions[0].lag_seconds >= 0
     # Another application sees nothing of it.
-    assert app.app.registry.groups.for_application(app.apps.remote_app) == []
+    assert app.app.registry.queuey.groups.for_application(app.apps.remote_app) == []
 
     text = app.get("/metrics").text
     labels = {"application": app.apps.app, "group": "billing", "queue": "orders"}
@@ -83,5 +83,5 @@ def test_a_group_without_a_declared_application_is_matched_by_its_queues(group_a
     create(app, "only-here")
     group = start_group("legacy", lambda: [("only-here", 1)])
     wait_until(lambda: group.owned() == [("only-here", 1)], timeout=20, what="ownership")
-    (found,) = app.app.registry.groups.for_application(app.apps.app)
+    (found,) = app.app.registry.queuey.groups.for_application(app.apps.app)
     assert (found.name, found.members[0].application) == ("legacy", None)

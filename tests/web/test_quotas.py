@@ -270,7 +270,7 @@ def test_long_poll_cap_per_application_on_a_live_server(request, tmp_path, two_a
     settings.update({"queuey.reserve.max_waiting": "3", "queuey.limits.max_waiting_polls": "2"})
     server = start_live_server(queuey.main({}, **settings), test_apps.app, threads=12)
     flood, other = auth(test_apps.app), auth(f"{test_apps.app}-other", OTHER_KEY)
-    polls = server.app.registry.long_polls
+    polls = server.app.registry.queuey.long_polls
     try:
         for headers in (flood, other):
             requests.post(f"{server.url}/queue", json={"queue_name": "w"}, headers=headers)
@@ -310,7 +310,7 @@ def test_long_poll_cap_per_application_on_a_live_server(request, tmp_path, two_a
         assert polls.waiting == 0
     finally:
         server.stop()
-        server.app.registry.storage.close()
+        server.app.registry.queuey.storage.close()
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ def cassandra_app(make_app, cassandra_storage, wrap_app):
 
 def test_work_queue_routes_on_cassandra(cassandra_app, clock):
     app = cassandra_app
-    settle = app.app.registry.queuey_settings.read_delay + 0.01
+    settle = app.app.registry.queuey.settings.read_delay + 0.01
     create(app, "jobs", partitions=2, max_attempts=2, visibility_timeout=10)
     posted = [
         post(app, "jobs", {"n": n}, partition=n % 2 + 1, priority=n).json["messages"][0]

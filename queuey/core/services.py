@@ -1,0 +1,168 @@
+"""The service's parts, built once from the settings: one typed object.
+
+The app factory (:func:`queuey.app.main`) builds :class:`Services` before any
+door is included and keeps it on Pyramid's registry; every door reads what
+it needs through :func:`services_of` (or ``request.services``), so no door
+builds a part of the core and the order the doors are included in does not
+matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from queuey.applications import Application
+from queuey.clock import Clock
+from queuey.core.groups import Groups
+from queuey.core.longpoll import LongPolls
+from queuey.core.messages import MessageRules
+from queuey.core.metrics import Metrics
+from queuey.core.overview import Overview
+from queuey.core.queues import QueueCache, Queues
+from queuey.core.quotas import Quotas, load_quotas
+from queuey.core.workqueues import WorkQueues
+from queuey.model import QueueMeta
+from queuey.settings import Settings
+from queuey.storage import Storage
+
+#: The part a process plays under the production server (:mod:`queuey.server`):
+#: ``"refresher"`` measures queues and publishes the figures, ``"worker"``
+#: follows them; ``""`` serves alone.
+Role = Literal["", "refresher", "worker"]
+
+
+@dataclass
+class Services:
+    """Everything the doors share, for one app.
+
+    ``applications`` may be replaced while the app runs (the quotas, the
+    overview and the consumer groups ask for it on every use).
+    """
+
+    settings: Settings
+    applications: Mapping[str, Application]
+    storage: Storage
+    clock: Clock
+    #: The message rules in force (:mod:`queuey.core.messages`).
+    rules: MessageRules
+    #: Queue lifecycle and this node's metadata cache (:mod:`queuey.core.queues`).
+    queues: Queues
+    metrics: Metrics
+    quotas: Quotas
+    long_polls: LongPolls
+    workqueues: WorkQueues
+    #: What operators see of every queue (:mod:`queuey.core.overview`).
+    overview: Overview
+    #: Consumer groups read from ZooKeeper (``None`` without ZooKeeper).
+    groups: Groups | None
+    #: The server's own directory, shared by its processes (``None``: serving alone).
+    shared_dir: Path | None
+
+    @property
+    def cache(self) -> QueueCache:
+        """This node's queue-metadata cache."""
+        return self.queues.cache  # type: ignore[return-value]
+
+
+def build_services(
+    settings: Settings,
+    applications: Mapping[str, Application],
+    storage: Storage,
+    clock: Clock,
+    *,
+    role: Role = "",
+    shared_dir: Path | None = None,
+) -> Services:
+    """Every part of the core, wired: the long polls and the overview hear of
+    every post and ack, the quotas hold refusals on the long polls' slots."""
+    services: Services
+
+    def application_names():
+        return services.applications.keys()
+
+    metrics = Metrics()
+    # Under the production server's workers, request budgets are shared
+    # through its directory (queuey.core.quotas); alone, they live in this process.
+    quotas = load_quotas(settings, lambda: services.applications, clock, shared_dir=shared_dir)
+    long_polls = LongPolls(
+        settings.reserve_max_waiting,
+        settings.reserve_poll_interval,
+        on_refused=metrics.reserve_wait_refused.inc,
+        on_waiting=metrics.reserve_waiting.set,
+        per_application=quotas.max_waiting_polls,
+    )
+    quotas.hold = long_polls.hold
+    # One process of the server measures queues and publishes the figures;
+    # its workers follow (queuey.server).
+    snapshot = shared_dir / "overview.pickle" if role and shared_dir else None
+    overview = Overview(
+        storage,
+        clock,
+        application_names,
+        interval=0 if role == "worker" else settings.stats_interval,
+        max_age=settings.stats_max_age,
+        budget=settings.stats_budget,
+        max_queues=settings.stats_max_queues,
+        publish=snapshot if role == "refresher" else None,
+        follow=snapshot if role == "worker" else None,
+    )
+    groups = None
+    if settings.zookeeper_hosts:
+        groups = Groups(
+            settings.zookeeper_hosts,
+            settings.groups_root,
+            storage,
+            clock,
+            application_names,
+            max_age=settings.stats_max_age,
+        )
+        overview.after_pass.append(groups.refresh_if_stale)
+        overview.shared["groups"] = (groups.snapshot, groups.adopt)
+
+    def posted(queue: QueueMeta, count: int) -> None:
+        metrics.posted.inc(count)
+        overview.count(queue, posted=count)
+
+    def acked(queue: QueueMeta, count: int) -> None:
+        metrics.acked.inc(count)
+        overview.count(queue, acked=count)
+
+    rules = MessageRules.from_settings(settings)
+    queues = Queues(
+        storage,
+        QueueCache(settings.metadata_cache_seconds, shared=storage.metadata_changes()),
+        quotas,
+    )
+    services = Services(
+        settings=settings,
+        applications=applications,
+        storage=storage,
+        clock=clock,
+        rules=rules,
+        queues=queues,
+        metrics=metrics,
+        quotas=quotas,
+        long_polls=long_polls,
+        workqueues=WorkQueues(
+            storage,
+            clock,
+            rules=rules,
+            read_delay_micros=settings.read_delay_micros,
+            queues=queues,
+            on_available=long_polls.notify,
+            on_posted=posted,
+            on_acked=acked,
+        ),
+        overview=overview,
+        groups=groups,
+        shared_dir=shared_dir,
+    )
+    return services
+
+
+def services_of(registry: Any) -> Services:
+    """The app's services, from its Pyramid registry."""
+    return registry.queuey

@@ -1,0 +1,192 @@
+"""The SQS actions on queues: create, find, list, purge, delete, and move
+messages back from a dead-letter queue (:mod:`queuey.sqs.movetasks`).
+
+Queues are made and dropped through the core's queue lifecycle
+(:class:`queuey.core.queues.Queues`): the application's queue limit and this
+node's metadata cache are kept there, for every door alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from queuey.errors import QueueExists, QueueNotFound
+from queuey.model import QueueMeta
+from queuey.sqs import inputs
+from queuey.sqs import queues as qs
+from queuey.sqs.attribute_actions import check_dead_letter_target
+from queuey.sqs.caller import SCAN, Actions, Caller
+from queuey.sqs.errors import SQSError, invalid, missing
+from queuey.sqs.movetasks import MoveTasks
+
+
+class QueueActions(Actions):
+    """CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, PurgeQueue,
+    ListDeadLetterSourceQueues, the message move tasks, and the permission
+    actions Queuey does not have."""
+
+    #: The message move tasks this process runs and answers for.
+    moves: MoveTasks
+
+    def create_queue(self, caller: Caller, params: dict) -> dict:
+        if params.get("QueueName") is None:
+            raise missing("QueueName")
+        name = qs.check_name(params["QueueName"])
+        app = caller.application.name
+        fifo = name.endswith(".fifo")
+        given = params.get("Attributes") or {}
+        if isinstance(given, Mapping) and given.get("FifoQueue", "false").lower() == "true":
+            if not fifo:
+                raise invalid(
+                    "The name of a FIFO queue can only include alphanumeric "
+                    "characters, hyphens, or underscores, must end with .fifo suffix."
+                )
+        tags = qs.check_tags(params.get("tags") or {})
+        now = self.clock.now_micros()
+        try:
+            return self._existing(caller, self.queues.fresh(app, name), given)
+        except QueueNotFound:
+            pass
+        changes = qs.attribute_changes(
+            given, None, fifo=fifo, place=caller.place, limits=self.limits, now_micros=now
+        )
+        if changes.get("dead_letter_queue"):
+            check_dead_letter_target(self.queues, caller, name, fifo, changes["dead_letter_queue"])
+        attributes = changes.pop("attributes_set")
+        attributes.update(qs.tag_attributes(attributes, tags))
+        meta = QueueMeta(
+            application=app,
+            name=name,
+            partitions=(
+                self.settings.sqs_fifo_partitions if fifo else self.settings.sqs_partitions
+            ),
+            ttl=changes.get("ttl", self.limits.clamp_ttl(qs.DEFAULT_RETENTION)),
+            type="private",
+            created=now,
+            visibility_timeout=changes.get("visibility_timeout", 30),
+            max_attempts=changes.get("max_attempts", 0),
+            dead_letter_queue=changes.get("dead_letter_queue"),
+            delay=changes.get("delay", 0),
+            fifo=fifo,
+            attributes=attributes,
+        )
+        try:
+            self.queues.create(meta)
+        except QueueExists:  # made meanwhile by another call
+            return self._existing(caller, self.queues.fresh(app, name), given)
+        return {"QueueUrl": caller.place.url(name)}
+
+    def _existing(self, caller: Caller, meta: QueueMeta, given: Mapping) -> dict:
+        """CreateQueue of a queue that exists: fine when nothing given differs."""
+        current = qs.attribute_values(meta, {"All"}, caller.place, self.limits, {})
+        current.setdefault("FifoQueue", "false")
+        for name, value in given.items() if isinstance(given, Mapping) else ():
+            if name in current and str(current[name]).lower() != str(value).lower():
+                raise SQSError(
+                    "QueueNameExists",
+                    f"A queue already exists with the same name and a different value for "
+                    f"attribute {name}",
+                )
+        return {"QueueUrl": caller.place.url(meta.name)}
+
+    def get_queue_url(self, caller: Caller, params: dict) -> dict:
+        name = params.get("QueueName")
+        if name is None:
+            raise missing("QueueName")
+        owner = params.get("QueueOwnerAWSAccountId")
+        if owner is not None and owner != caller.place.account_id:
+            raise qs.no_such_queue()
+        if not isinstance(name, str):
+            raise qs.no_such_queue()
+        meta = self._named(caller, name)
+        return {"QueueUrl": caller.place.url(meta.name)}
+
+    def list_queues(self, caller: Caller, params: dict) -> dict:
+        prefix = params.get("QueueNamePrefix") or ""
+        if not isinstance(prefix, str) or len(prefix) > 80:
+            raise invalid("QueueNamePrefix must be at most 80 characters.")
+        limit = inputs.integer(params, "MaxResults", 1, 1000)
+        after = inputs.read_token(params.get("NextToken"))
+        if not qs.NAME_PREFIX.match(prefix):
+            return {}  # no queue name starts with a character a name cannot hold
+        if after is None and prefix:
+            # Just below every name that starts with the prefix (names are ASCII).
+            after = prefix[:-1] + chr(ord(prefix[-1]) - 1) + "\x7f"
+        wanted = limit or 1000
+        found = self.storage.list_queues(caller.application.name, limit=wanted, after=after)
+        names = [q.name for q in found if q.name.startswith(prefix)]
+        result: dict[str, Any] = {}
+        if names:
+            result["QueueUrls"] = [caller.place.url(n) for n in names]
+        more = len(found) == wanted and len(names) == len(found)
+        if limit and more:
+            result["NextToken"] = inputs.make_token(names[-1])
+        return result
+
+    def delete_queue(self, caller: Caller, params: dict) -> dict:
+        self.queues.delete(self._queue(caller, params))
+        return {}
+
+    def purge_queue(self, caller: Caller, params: dict) -> dict:
+        self.queues.purge(self._queue(caller, params))
+        return {}
+
+    def list_dead_letter_source_queues(self, caller: Caller, params: dict) -> dict:
+        dead = self._queue(caller, params)
+        limit = inputs.integer(params, "MaxResults", 1, 1000)
+        after = inputs.read_token(params.get("NextToken"))
+        scanned = self.storage.list_queues(caller.application.name, limit=SCAN, after=after)
+        urls: list[str] = []
+        last = None
+        for meta in scanned:
+            last = meta.name
+            if meta.max_attempts and meta.dead_letter_name == dead.name:
+                urls.append(caller.place.url(meta.name))
+                if limit and len(urls) >= limit:
+                    break
+        result: dict[str, Any] = {"queueUrls": urls}
+        full = limit is not None and len(urls) >= limit
+        if (full or len(scanned) == SCAN) and last is not None and limit:
+            result["NextToken"] = inputs.make_token(last)
+        return result
+
+    def start_message_move_task(self, caller: Caller, params: dict) -> dict:
+        source = self._named(
+            caller, caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")
+        )
+        destination = None
+        if params.get("DestinationArn") is not None:
+            name = caller.place.name_from_arn(params["DestinationArn"], "DestinationArn")
+            destination = self._named(caller, name)
+        rate = inputs.integer(params, "MaxNumberOfMessagesPerSecond", 1, 500)
+        if destination is None and not any(
+            q.max_attempts and q.dead_letter_name == source.name for q in self._every_queue(caller)
+        ):
+            raise invalid(
+                "Source queue must be configured as a Dead Letter Queue, or a DestinationArn "
+                "must be given."
+            )
+        handle = self.moves.start(source, destination, rate, self._every_queue(caller))
+        return {"TaskHandle": handle}
+
+    def list_message_move_tasks(self, caller: Caller, params: dict) -> dict:
+        name = caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")
+        source = self._named(caller, name)
+        limit = inputs.integer(params, "MaxResults", 1, 10) or 1
+        return {"Results": self.moves.list(caller.place, source)[:limit]}
+
+    def cancel_message_move_task(self, caller: Caller, params: dict) -> dict:
+        handle = params.get("TaskHandle")
+        if handle is None:
+            raise missing("TaskHandle")
+        moved = self.moves.cancel(caller.application.name, handle)
+        return {"ApproximateNumberOfMessagesMoved": moved}
+
+    def add_permission(self, caller: Caller, params: dict) -> dict:
+        raise SQSError(
+            "UnsupportedOperation",
+            "Queuey has no other accounts to share a queue with: access is per application.",
+        )
+
+    remove_permission = add_permission
