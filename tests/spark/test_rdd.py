@@ -157,7 +157,7 @@ def test_descriptors_are_plain_values(sc, target):
         assert _pickled_classes(data) <= {
             ("queuey.spark.slices", "Slice"),
             ("queuey.spark.connections", "StorageConnection"),
-            ("queuey.storage", "QueueMeta"),
+            ("queuey.model.queues", "QueueMeta"),
         }
         assert pickle.loads(data) == piece
 
