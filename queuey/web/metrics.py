@@ -137,8 +137,9 @@ class QueueCollector(Collector):
 
 
 class RequestRecorder:
-    """Counts, times and logs one answered request (the tween, and the fast
-    path of :mod:`queuey.web.fastpath`, which bypasses the tweens)."""
+    """Counts, times and logs one answered request: for the tween (on the
+    router and the fast path, :mod:`queuey.web.fastpath`, alike) and for the
+    body-size refusals (:mod:`queuey.web.bodies`), which come before both."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
