@@ -149,7 +149,6 @@ class WorkQueues:
         self.storage = storage
         self.clock = clock
         self.rules = rules
-        self.max_ttl = rules.max_ttl
         self.read_delay_micros = read_delay_micros
         self.queues = queues or Queues(storage)
         self.on_available = on_available or (lambda application, name: None)
@@ -252,7 +251,7 @@ class WorkQueues:
             application=application,
             name=name,
             partitions=DEAD_LETTER_PARTITIONS,
-            ttl=self.max_ttl,
+            ttl=self.rules.max_ttl,
             type=queue.type,
             consistency=queue.consistency,
             created=self.clock.now_micros(),

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pyramid.view import view_config
 
 from queuey import ids
+from queuey.core.access import Permission
 from queuey.web.params import InvalidParameters, json_body, validate
 from queuey.web.responses import ok
 from queuey.web.schemas import CONSUMER_PATTERN
-from queuey.web.security import Permission
 
 _CONSUMER = re.compile(CONSUMER_PATTERN)
 

@@ -40,8 +40,6 @@ from queuey.core.access import (
 from queuey.core.services import services_of
 from queuey.web.state import SessionSignIns, web_state_of
 
-__all__ = ["Identity", "Permission", "QueueySecurityPolicy", "Refused", "client_address"]
-
 _UNSET = object()
 
 
