@@ -12,6 +12,14 @@ Cassandra applied is never reported as failed. A write that times out (``WriteTi
 or no answer in time) is genuinely unknown: Cassandra may still apply it (a
 logged batch is replayed from the batchlog), so its ``StorageUnavailable``
 means "outcome unknown", not "not stored".
+
+Concurrent posts to one queue partition in this process share one write
+(group commit, :mod:`.postgroup`): while a write of that (queue incarnation,
+partition) is in flight, newcomers queue and go out together, capped in
+messages and bytes, as the next write; its ids are minted when it is formed,
+so the rule above holds for the group. A failure of the shared write fails
+every caller in it. Posts with a ``dedup_id``, posts spanning partitions, and
+posts too big to share go alone, as described above.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from queuey import ids
 from queuey.clock import Clock
 from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.cassandra.dedup import claim_dedup_ids, mark_written
+from queuey.storage.cassandra.postgroup import PostGroups
 from queuey.storage.cassandra.reads import delayed_id
 from queuey.storage.cassandra.session import consistency_profile, execute_all, remaining
 from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL, PREFIX, CassandraSettings
@@ -60,6 +69,8 @@ class MessageWriter:
             CASSANDRA_MAX_TTL, config.max_ttl + 2 * self._priority_refresh + 86400
         )
         self._indexed_lock = threading.Lock()
+        #: Concurrent posts to one queue partition share one write.
+        self.groups = PostGroups(clock, self.mint, self.write)
 
     def check_ttls(self, messages: Sequence[NewMessage], max_ttl: int) -> None:
         """``ValueError`` for a TTL Cassandra could not keep (see ``max_ttl``).
@@ -112,8 +123,14 @@ class MessageWriter:
         Messages with a ``dedup_id`` first claim it (:mod:`.dedup`); one whose
         id is claimed already is answered with the first message instead.
         Once the messages landed, their claims are marked written (a failed
-        mark is logged: the post has succeeded).
+        mark is logged: the post has succeeded). Other posts to one queue
+        partition may share the write of concurrent ones (:mod:`.postgroup`).
         """
+        lane = self.groups.lane(queue, messages)
+        if lane is not None:
+            stored = self.groups.put(lane, c, queue, messages, write_timeout)
+            if stored is not None:
+                return stored
         # Readers hide the newest write_timeout_seconds (plus skew): every
         # message must be stored within that time of its id being minted.
         deadline = time.monotonic() + write_timeout
