@@ -4,13 +4,49 @@ Posts, acks and long polls are counted by the core
 (:class:`~queuey.core.workqueues.WorkQueues`,
 :class:`~queuey.core.longpoll.LongPolls`) whichever door they came through;
 the HTTP side (:mod:`queuey.web.metrics`) times and logs requests, adds the
-per-queue gauges and answers ``GET /metrics``.
+per-queue gauges and answers ``GET /metrics``. The requests the backend sent
+to its store (:meth:`queuey.storage.Storage.request_counts`) are exposed too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+
+#: The series of the backend's requests (``_total`` added on exposition); the
+#: Cassandra backend's process-wide counter has the same name
+#: (:mod:`queuey.storage.cassandra.counters`).
+STORAGE_REQUESTS = "queuey_cassandra_requests"
+
+
+class StorageRequests(Collector):
+    """The backend's own request counts as a counter, read at each scrape.
+
+    Registered in the app's registry only, which ``/metrics`` shows when the
+    process serves alone; under the server's worker processes the backend's
+    process-wide counter reaches ``/metrics`` through the multiprocess files
+    instead, summed over the workers (:func:`queuey.web.metrics.exposed`).
+    """
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.counts = counts
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self.counts()
+        if not counts:  # a store that does not count exports nothing
+            return
+        family = CounterMetricFamily(
+            STORAGE_REQUESTS, "CQL requests sent to Cassandra, by kind", labels=["kind"]
+        )
+        for kind, count in sorted(counts.items()):
+            family.add_metric([kind], count)
+        yield family
 
 
 class Metrics:
@@ -59,6 +95,11 @@ class Metrics:
             "Reserve calls answered at once: queuey.reserve.max_waiting were waiting",
             registry=self.registry,
         )
+
+    def count_storage_requests(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Expose the backend's request counts (``Storage.request_counts``)
+        when this process serves alone (see :class:`StorageRequests`)."""
+        self.registry.register(StorageRequests(counts))
 
     def add_collector(self, collector: Collector) -> None:
         """Expose ``collector`` here and beside the workers' summed metrics."""

@@ -84,6 +84,7 @@ def build_services(
         return services.applications.keys()
 
     metrics = Metrics()
+    metrics.count_storage_requests(storage.request_counts)
     # Under the production server's workers, request budgets are shared
     # through its directory (queuey.core.quotas); alone, they live in this process.
     quotas = load_quotas(settings, lambda: services.applications, clock, shared_dir=shared_dir)

@@ -320,6 +320,13 @@ class Storage(abc.ABC):
         processes are then seen when the metadata cache's entries expire)."""
         return None
 
+    def request_counts(self) -> dict[str, int]:
+        """Requests this backend has sent to its store, by kind, so operators
+        can see what each delivered message costs the store (Cassandra:
+        ``read``, ``write``, ``lwt``, ``ddl``); ``{}`` for a store that does
+        not count (then nothing is exported)."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

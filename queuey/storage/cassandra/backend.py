@@ -39,6 +39,7 @@ from queuey.settings import dedup_window
 from queuey.storage import Storage
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
+from queuey.storage.cassandra.counters import counter_of
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
@@ -131,6 +132,7 @@ class CassandraStorage(Storage):
         try:
             with unavailable("connect"):
                 session = cluster.connect()
+                counter_of(self).attach(session)
                 if self.config.create_schema:
                     applied = apply_migrations(session, self.config)
                     if applied:
@@ -381,6 +383,11 @@ class CassandraStorage(Storage):
     def ping(self) -> None:
         c = self._connection()
         c.session.execute(c.st.ping, execution_profile=P_META)
+
+    # -- request counts (see .counters) ---------------------------------------------
+    def request_counts(self) -> dict[str, int]:
+        """CQL requests this backend has sent, by kind (read, write, lwt, ddl)."""
+        return counter_of(self).counts()
 
 
 def load_from_config(settings: Mapping[str, Any], clock: Clock) -> CassandraStorage:
