@@ -1,6 +1,7 @@
 """The Cassandra work-queue path through the storage interface alone (no HTTP).
 
     python bench/cassandra_leases.py [--port 19042] [--messages 20000] [--partitions 4]
+                                     [--design owned|lwt]
 
 On the harness Cassandra node (its own keyspace, dropped afterwards) it measures:
 
@@ -38,8 +39,9 @@ READ_DELAY = 2.5  # seconds: the write timeout (2) plus allowed skew
 RUNS = (("1 thread", 1, 1), ("4 threads", 1, 4), ("2 nodes x 4 threads", 2, 4))
 
 
-def settings(port: int, keyspace: str) -> dict[str, str]:
+def settings(port: int, keyspace: str, design: str = "owned") -> dict[str, str]:
     return {
+        "queuey.cassandra.work_queue": design,
         "queuey.cassandra.contact_points": "127.0.0.1",
         "queuey.cassandra.port": str(port),
         "queuey.cassandra.keyspace": keyspace,
@@ -175,12 +177,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=19042)
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--design", choices=("owned", "lwt"), default="owned")
     args = parser.parse_args()
     keyspace = "bench_leases_" + uuid.uuid4().hex[:8]
-    conf = settings(args.port, keyspace)
+    conf = settings(args.port, keyspace, args.design)
     stores = [load_from_config(conf, SYSTEM_CLOCK), load_from_config(conf, SYSTEM_CLOCK)]
     try:
-        result = {"lwt_ms": lwt_latency(stores[0]), "reserve_ack": {}}
+        result = {"design": args.design, "lwt_ms": lwt_latency(stores[0]), "reserve_ack": {}}
         for batch in (10, 100):
             for label, nodes, threads in (
                 ("1 thread", 1, 1),

@@ -28,6 +28,13 @@ from tests.storage.cassandra_support import KEYSPACE, MICROS, raw
 pytestmark = pytest.mark.cassandra
 
 
+@pytest.fixture(scope="module")
+def settings(settings):
+    """This file checks the stateless design's lease partitions (``lwt``);
+    the owned design has its own (test_cassandra_owned.py)."""
+    return {**settings, "queuey.cassandra.work_queue": "lwt"}
+
+
 def reserve(store, queue, clock, limit=10, vt=30, sub="s", settled=None, partitions=None):
     now = clock.now_micros()
     return store.reserve(
@@ -420,7 +427,7 @@ def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
         )
         applied = upgrade_schema(old)
         assert any("ALTER TABLE" in s for s in applied)
-        assert current_version(store.session, keyspace) == LATEST_VERSION == 5
+        assert current_version(store.session, keyspace) == LATEST_VERSION == 6
         upgraded = load_from_config(old, clock)
         try:
             queue = upgraded.get_queue("app", "old")

@@ -40,6 +40,7 @@ from queuey.storage import Storage
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.counters import counter_of
+from queuey.storage.cassandra.owned import OwnedWorkQueue
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
@@ -88,7 +89,11 @@ class CassandraStorage(Storage):
         self.write_timeout_seconds = config.request_timeout
         self._max_ttl_micros = config.max_ttl * MICROS
         self._writer = MessageWriter(config, clock, dedup_window)
-        self._work = CassandraWorkQueue(config, self._max_ttl_micros)
+        self._work: CassandraWorkQueue | OwnedWorkQueue = (
+            OwnedWorkQueue(config, self._max_ttl_micros)
+            if config.work_queue == "owned"
+            else CassandraWorkQueue(config, self._max_ttl_micros)
+        )
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._closed = False
@@ -167,6 +172,8 @@ class CassandraStorage(Storage):
         with self._lock:
             self._closed = True
             conn, self._conn = self._conn, None
+        if isinstance(self._work, OwnedWorkQueue):
+            self._work.close()
         if conn is not None:
             conn.cluster.shutdown()
 

@@ -77,6 +77,12 @@ class LeaseTable:
         results = execute_all(c.session, stmts, P_WORK, self.timeout)
         return {p: _state(p, rs) for p, rs in zip(partitions, results, strict=True)}
 
+    def read(
+        self, c: Connection, queue: QueueMeta, sub: str, partitions: Sequence[int]
+    ) -> dict[int, LeaseState]:
+        """The states as the stats see them (here: as stored)."""
+        return self.load(c, queue, sub, partitions)
+
     def commit(
         self, c: Connection, queue: QueueMeta, sub: str, states: Sequence[LeaseState]
     ) -> list[bool]:

@@ -166,6 +166,25 @@ def _v5(cfg: CassandraSettings) -> list[str]:
     return [f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (generation text)"]
 
 
+def _v6(cfg: CassandraSettings) -> list[str]:
+    """Owned work queues (:mod:`.owned`): who owns a subscription's queue
+    partition for a term, the API processes that may own one, and each
+    partition's lease state as a snapshot plus a ring of deltas."""
+    ks = cfg.keyspace
+    return [
+        f"CREATE TABLE IF NOT EXISTS {ks}.work_owners ("
+        " incarnation text, subscription text, partition int,"
+        " owner text, address text, epoch bigint,"
+        " PRIMARY KEY ((incarnation, subscription, partition)))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.work_members ("
+        " shard int, member text, address text, PRIMARY KEY ((shard), member))",
+        f"CREATE TABLE IF NOT EXISTS {ks}.work_state ("
+        " incarnation text, subscription text, partition int,"
+        " snapshot blob static, ring int, epoch bigint, seq bigint, delta blob,"
+        " PRIMARY KEY ((incarnation, subscription, partition), ring))",
+    ]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
@@ -173,6 +192,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(3, "FIFO queues, queue attributes, first delivery times", _v3),
     Migration(4, "dedup claims record that their message was written", _v4),
     Migration(5, "lease generations (redrives)", _v5),
+    Migration(6, "owned work queues: owners, members, lease state logs", _v6),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

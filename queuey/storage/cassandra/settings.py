@@ -52,6 +52,18 @@ class CassandraSettings:
     username: str | None = None
     password: str | None = None
     protocol_version: int = 5
+    #: Work queues: ``owned`` (a process owns a subscription's queue partition
+    #: for a term and keeps its leases in memory, :mod:`.owned`) or ``lwt``
+    #: (every change a lightweight transaction, :mod:`.workqueue`).
+    work_queue: str = "owned"
+    #: Seconds an owner's term lasts without renewal (failover bound).
+    owner_term: float = 10.0
+    #: Address this process listens on for calls forwarded by other API
+    #: processes, and advertises to them.
+    peer_host: str = "127.0.0.1"
+    #: Shared secret authenticating forwarded calls (None: one the backend
+    #: keeps in the keyspace's ``storage_settings``).
+    peer_secret: str | None = None
 
 
 def _get(settings: Mapping[str, Any], name: str) -> Any:
@@ -151,7 +163,22 @@ def parse_settings(settings: Mapping[str, Any]) -> CassandraSettings:
 
     request_timeout = _as_float(settings, "request_timeout", 2.0, 0.0)
     protocol_version = _as_int(settings, "protocol_version", 5, 4, 5)
+    work_queue = str(_get(settings, "work_queue") or "owned")
+    if work_queue not in ("owned", "lwt"):
+        raise ConfigurationError(PREFIX + "work_queue", f"must be owned or lwt, got {work_queue!r}")
+    owner_term = _as_float(settings, "owner_term", 10.0, 0.0)
+    if not 3.0 <= owner_term <= 300.0:
+        raise ConfigurationError(
+            PREFIX + "owner_term", f"must be between 3 and 300 seconds, got {owner_term}"
+        )
+    peer_secret = _get(settings, "peer_secret") or None
+    if peer_secret is not None and len(str(peer_secret)) < 16:
+        raise ConfigurationError(PREFIX + "peer_secret", "must be at least 16 characters")
     return CassandraSettings(
+        work_queue=work_queue,
+        owner_term=owner_term,
+        peer_host=str(_get(settings, "peer_host") or "127.0.0.1"),
+        peer_secret=None if peer_secret is None else str(peer_secret),
         contact_points=points,
         port=_as_int(settings, "port", 9042, 1, 65535),
         keyspace=str(keyspace),

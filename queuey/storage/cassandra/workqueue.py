@@ -48,8 +48,10 @@ from queuey.storage.cassandra.workstats import queue_stats
 class CassandraWorkQueue:
     """The work-queue half of :class:`.backend.CassandraStorage` (shares its connection)."""
 
-    def __init__(self, config: CassandraSettings, max_ttl_micros: int) -> None:
-        self.table = LeaseTable(config, max_ttl_micros)
+    def __init__(
+        self, config: CassandraSettings, max_ttl_micros: int, table: LeaseTable | None = None
+    ) -> None:
+        self.table = table or LeaseTable(config, max_ttl_micros)
 
     # -- reserve ------------------------------------------------------------------
     def reserve(self, c: Connection, queue: QueueMeta, sub: str, ask: ReserveAsk) -> Reserved:

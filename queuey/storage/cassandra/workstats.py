@@ -112,7 +112,7 @@ def _subscription(
     used: dict[int, list[int]],
     now: int,
 ) -> SubscriptionStats:
-    states = table.load(c, queue, sub, parts)
+    states = table.read(c, queue, sub, parts)
     available = in_flight = delayed = dead = 0
     oldest: int | None = None
 

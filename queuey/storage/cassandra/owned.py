@@ -1,0 +1,320 @@
+"""Owned work queues: the owner of a partition serves it from memory.
+
+The default Cassandra work queue (``queuey.cassandra.work_queue = owned``).
+Each API process owns some of a subscription's queue partitions for a term
+(:mod:`.ownership`) and serves them from memory (:mod:`.ownedtable`), with
+the same rules as the stateless design (:mod:`.workqueue`, :mod:`.leases`,
+:mod:`.reservation`): a change costs one plain write, no lightweight
+transaction. A call that names partitions another process owns is forwarded
+to that process over its peer port (:mod:`.peers`, authenticated with the
+peer secret); the receiving process serves it from what it owns and answers
+"not the owner" otherwise, and the sender looks the owner up again.
+
+Reserve serves the partitions this process owns first and asks the other
+owners only for what is still missing, so a busy process does not wait on
+its peers; partitions nobody owns yet are taken by the first process that needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from queuey.errors import StorageUnavailable
+from queuey.model import (
+    DeadLetter,
+    MessageRef,
+    QueueMeta,
+    QueueStats,
+    ReceiptStatus,
+    Reserved,
+    parse_receipt,
+)
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
+from queuey.storage.cassandra import wire
+from queuey.storage.cassandra.ownedtable import OwnedTable
+from queuey.storage.cassandra.ownership import NotOwner
+from queuey.storage.cassandra.peers import PeerClient, PeerServer, PeerUnavailable
+from queuey.storage.cassandra.session import P_META
+from queuey.storage.cassandra.settings import CassandraSettings
+from queuey.storage.cassandra.statements import Connection
+from queuey.storage.cassandra.workqueue import CassandraWorkQueue
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+#: Times a call looks its partitions' owners up again after a forward failed.
+ATTEMPTS = 3
+
+
+class OwnedWorkQueue:
+    """The work-queue half of the backend when partitions have owners."""
+
+    def __init__(self, config: CassandraSettings, max_ttl_micros: int) -> None:
+        self.config = config
+        self.table = OwnedTable(config, max_ttl_micros)
+        self.ownership = self.table.ownership
+        self.local = CassandraWorkQueue(config, max_ttl_micros, table=self.table)
+        self.timeout = 4 * config.request_timeout + 1
+        self._server: PeerServer | None = None
+        self._client: PeerClient | None = None
+        self._start_lock = threading.Lock()
+        self._conn: Connection | None = None
+
+    # -- start and stop -------------------------------------------------------------
+    def _start(self, c: Connection) -> None:
+        if self._client is not None:
+            return
+        with self._start_lock:
+            if self._client is not None:
+                return
+            secret = peer_secret(c, self.config).encode()
+            server = PeerServer(self._handle, self.config.peer_host, secret)
+            server.start()
+            try:
+                self.ownership.bind(c, server.address)
+            except BaseException:
+                server.close()
+                raise
+            self.ownership.ask_handoff = self._ask_handoff
+            self._server = server
+            self._conn = c
+            self._client = PeerClient(secret)
+
+    def close(self) -> None:
+        self.ownership.close()
+        if self._server is not None:
+            self._server.close()
+        if self._client is not None:
+            self._client.close()
+
+    # -- the calls ------------------------------------------------------------------
+    def reserve(self, c: Connection, queue: QueueMeta, sub: str, ask: ReserveAsk) -> Reserved:
+        self._start(c)
+        got = Reserved([], [])
+        mine, remote = self.ownership.route(queue.incarnation, sub, ask.partitions)
+        if mine:
+            got = self._local(
+                lambda: self.local.reserve(c, queue, sub, replace(ask, partitions=mine))
+            )
+        for address, parts in remote.items():
+            need = ask.limit - len(got.deliveries)
+            if need <= 0:
+                break
+            args = {
+                "queue": wire.encode_queue(queue),
+                "sub": sub,
+                "ask": wire.encode_reserve_ask(replace(ask, partitions=parts, limit=need)),
+            }
+            try:
+                answer = wire.decode_reserved(self._forward(address, "reserve", args))
+            except PeerUnavailable:
+                self.ownership.forget(queue.incarnation, sub, parts)
+                continue
+            got = Reserved(
+                got.deliveries + answer.deliveries, got.dead_letters + answer.dead_letters
+            )
+        return got
+
+    def ack(
+        self, c: Connection, queue: QueueMeta, sub: str, receipts: Sequence[str], now: int
+    ) -> dict[str, ReceiptStatus]:
+        self._start(c)
+        return self._statuses(
+            queue,
+            sub,
+            receipts,
+            lambda mine: self.local.ack(c, queue, sub, mine, now),
+            lambda mine: ("ack", {"receipts": list(mine), "now": now}),
+        )
+
+    def extend(
+        self, c: Connection, queue: QueueMeta, sub: str, ask: ExtendAsk
+    ) -> dict[str, ReceiptStatus]:
+        self._start(c)
+        return self._statuses(
+            queue,
+            sub,
+            ask.receipts,
+            lambda mine: self.local.extend(c, queue, sub, replace(ask, receipts=mine)),
+            lambda mine: ("extend", {"ask": wire.encode_extend_ask(replace(ask, receipts=mine))}),
+        )
+
+    def release(
+        self, c: Connection, queue: QueueMeta, sub: str, ask: ReleaseAsk
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        self._start(c)
+        dead: list[DeadLetter] = []
+
+        def local(mine: list[str]) -> dict[str, ReceiptStatus]:
+            statuses, letters = self.local.release(c, queue, sub, replace(ask, receipts=mine))
+            dead.extend(letters)
+            return statuses
+
+        def remote(mine: list[str]) -> tuple[str, dict]:
+            return "release", {"ask": wire.encode_release_ask(replace(ask, receipts=mine))}
+
+        def decode(answer: dict) -> dict[str, ReceiptStatus]:
+            dead.extend(wire.decode_dead_letters(answer["dead"]))
+            return answer["statuses"]
+
+        statuses = self._statuses(queue, sub, ask.receipts, local, remote, decode)
+        return statuses, dead
+
+    def reopen(
+        self, c: Connection, queue: QueueMeta, sub: str, refs: Sequence[MessageRef], now: int
+    ) -> int:
+        self._start(c)
+        by_partition: dict[int, list[MessageRef]] = {}
+        for ref in refs:
+            by_partition.setdefault(ref.partition, []).append(ref)
+        count = 0
+        for _ in range(ATTEMPTS):
+            mine, remote = self.ownership.route(queue.incarnation, sub, list(by_partition))
+            if mine:
+                picked = [r for p in mine for r in by_partition.pop(p)]
+                count += self._local(self.local.reopen, c, queue, sub, picked, now)
+            for address, parts in remote.items():
+                picked = [r for p in parts for r in by_partition[p]]
+                args = {"queue": wire.encode_queue(queue), "sub": sub}
+                args |= {"refs": wire.encode_refs(picked), "now": now}
+                try:
+                    count += int(self._forward(address, "reopen", args)["count"])
+                except PeerUnavailable:
+                    self.ownership.forget(queue.incarnation, sub, parts)
+                    continue
+                for p in parts:
+                    del by_partition[p]
+            if not by_partition:
+                return count
+        raise StorageUnavailable("cassandra: reopen: partition owners unreachable, retry")
+
+    def stats(self, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
+        self._start(c)
+        return self.local.stats(c, queue, now)
+
+    # -- routing ------------------------------------------------------------------
+    def _local(self, call: Callable[..., T], *args: Any) -> T:
+        try:
+            return call(*args)
+        except NotOwner:
+            raise StorageUnavailable("cassandra: partition ownership moved, retry") from None
+
+    def _forward(self, address: str, op: str, args: dict) -> Any:
+        assert self._client is not None
+        return self._client.call(address, op, args, self.timeout)
+
+    def _statuses(
+        self,
+        queue: QueueMeta,
+        sub: str,
+        receipts: Sequence[str],
+        local: Callable[[list[str]], dict[str, ReceiptStatus]],
+        remote: Callable[[list[str]], tuple[str, dict]],
+        decode: Callable[[Any], dict[str, ReceiptStatus]] = lambda answer: answer,
+    ) -> dict[str, ReceiptStatus]:
+        """Answer receipts by partition: here for the partitions owned here
+        (or taken now), forwarded for the others."""
+        statuses: dict[str, ReceiptStatus] = {}
+        by_partition: dict[int, list[str]] = {}
+        malformed = []
+        for r in receipts:
+            parsed = parse_receipt(r)
+            if parsed is None or not 1 <= parsed[0] <= queue.partitions:
+                malformed.append(r)
+            else:
+                by_partition.setdefault(parsed[0], []).append(r)
+        if malformed:
+            statuses.update(local(malformed))
+        for _ in range(ATTEMPTS):
+            if not by_partition:
+                break
+            mine, elsewhere = self.ownership.route(queue.incarnation, sub, list(by_partition))
+            if mine:
+                picked = [r for p in mine for r in by_partition.pop(p)]
+                statuses.update(self._local(local, picked))
+            for address, parts in elsewhere.items():
+                picked = [r for p in parts for r in by_partition[p]]
+                op, args = remote(picked)
+                args |= {"queue": wire.encode_queue(queue), "sub": sub}
+                try:
+                    statuses.update(decode(self._forward(address, op, args)))
+                except PeerUnavailable:
+                    self.ownership.forget(queue.incarnation, sub, parts)
+                    continue
+                for p in parts:
+                    del by_partition[p]
+        if by_partition:
+            raise StorageUnavailable("cassandra: partition owners unreachable, retry")
+        return {r: statuses[r] for r in receipts}
+
+    # -- calls forwarded to this process -------------------------------------------------
+    def _handle(self, op: str, args: dict) -> dict:
+        """Serve a forwarded call from what this process owns (taking unowned
+        partitions); partitions owned elsewhere answer "not the owner"."""
+        if op == "handoff":
+            key = (str(args["incarnation"]), str(args["sub"]), int(args["partition"]))
+            return {"released": self.ownership.hand_over(key)}
+        queue = wire.decode_queue(args["queue"])
+        sub = str(args["sub"])
+        c = self._conn
+        if c is None:
+            raise StorageUnavailable("cassandra: not connected")
+        if op == "reserve":
+            ask = wire.decode_reserve_ask(args["ask"])
+            mine, _ = self.ownership.route(queue.incarnation, sub, ask.partitions)
+            if not mine:
+                return wire.encode_reserved(Reserved([], []))
+            got = self.local.reserve(c, queue, sub, replace(ask, partitions=mine))
+            return wire.encode_reserved(got)
+        if op == "reopen":
+            refs = wire.decode_refs(args["refs"])
+            self._owns_all(queue, sub, {r.partition for r in refs})
+            return {"count": self.local.reopen(c, queue, sub, refs, int(args["now"]))}
+        if op == "ack":
+            receipts = [str(r) for r in args["receipts"]]
+            self._owns_all(queue, sub, _partitions(receipts))
+            return self.local.ack(c, queue, sub, receipts, int(args["now"]))
+        if op == "extend":
+            ask = wire.decode_extend_ask(args["ask"])
+            self._owns_all(queue, sub, _partitions(ask.receipts))
+            return self.local.extend(c, queue, sub, ask)
+        if op == "release":
+            ask = wire.decode_release_ask(args["ask"])
+            self._owns_all(queue, sub, _partitions(ask.receipts))
+            statuses, dead = self.local.release(c, queue, sub, ask)
+            return {"statuses": statuses, "dead": wire.encode_dead_letters(dead)}
+        raise ValueError(f"unknown peer call {op!r}")
+
+    def _ask_handoff(self, address: str, key: tuple[str, str, int]) -> bool:
+        args = {"incarnation": key[0], "sub": key[1], "partition": key[2]}
+        return bool(self._forward(address, "handoff", args)["released"])
+
+    def _owns_all(self, queue: QueueMeta, sub: str, partitions: set[int]) -> None:
+        mine, elsewhere = self.ownership.route(queue.incarnation, sub, sorted(partitions))
+        if elsewhere:
+            raise NotOwner("cassandra: not the owner of the partition")
+
+
+def _partitions(receipts: Sequence[str]) -> set[int]:
+    return {parsed[0] for r in receipts if (parsed := parse_receipt(r)) is not None}
+
+
+def peer_secret(c: Connection, config: CassandraSettings) -> str:
+    """``queuey.cassandra.peer_secret``, or the keyspace's own (drawn by the
+    first process that needs one and kept in ``storage_settings``)."""
+    if config.peer_secret:
+        return config.peer_secret
+    drawn = secrets.token_hex(32)
+    row = c.session.execute(
+        f"INSERT INTO {config.keyspace}.storage_settings (name, value) "
+        "VALUES ('peer_secret', %s) IF NOT EXISTS",
+        (drawn,),
+        execution_profile=P_META,
+        timeout=config.request_timeout,
+    ).one()
+    return drawn if row[0] else str(row[-1])
