@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -49,11 +48,12 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, start_pserve, stop_process_group, wait_http  # noqa: E402
+# Server and its settings live in bench/servers.py; the other benchmarks import them here too.
+from bench.servers import APP, KEY, SERVERS, Server  # noqa: E402
+from bench.servers import INI as INI  # noqa: E402
+from bench.servers import SQS_SECRET as SQS_SECRET  # noqa: E402
+from bench.servers import tree_cpu as tree_cpu  # noqa: E402
 
-APP, KEY = "bench", "bench-key"
-#: The bench application's SigV4 secret (bench/sqs.py).
-SQS_SECRET = "bench-sqs-secret"
 HEADERS = {"X-Application-Name": APP, "ApplicationKey": KEY, "Content-Type": "application/json"}
 BODY_200 = {
     "signature": "js::RunScript | EnterBaseline",
@@ -65,177 +65,10 @@ BODY_200 = {
 }
 WRK_DIR = ROOT / "bench" / "wrk"
 PARTITIONS = 8
-SERVERS = {
-    # The shipped ini's server (development.ini, production.ini).
-    "granian": "use = egg:queuey#granian\nlisten = 127.0.0.1:{port}\nworkers = {workers}\n"
-    "threads = {threads}\n",
-    # pserve's reference server, one process: the figures before granian.
-    "waitress": "use = egg:waitress#main\nlisten = 127.0.0.1:{port}\nthreads = {threads}\n"
-    "connection_limit = 200\n",
-}
-INI = """
-[app:main]
-use = egg:queuey
-queuey.applications = {apps}
-{storage}
-[server:main]
-{server}
-[loggers]
-keys = root, queuey
-
-[handlers]
-keys = console
-
-[formatters]
-keys = generic
-
-[logger_root]
-level = WARNING
-handlers = console
-
-[logger_queuey]
-level = {log_level}
-handlers =
-qualname = queuey
-
-[handler_console]
-class = StreamHandler
-args = (sys.stderr,)
-level = NOTSET
-formatter = generic
-
-[formatter_generic]
-format = %(asctime)s %(levelname)-5.5s [%(name)s][%(threadName)s] %(message)s
-"""
 
 
 def log(message: str) -> None:
     print(f"[api] {message}", file=sys.stderr, flush=True)
-
-
-def storage_settings(backend: str, workdir: Path) -> str:
-    if backend == "sqlite":
-        return (
-            f"queuey.storage.backend = queuey.storage.sqlite\n"
-            f"queuey.sqlite.path = {workdir}/bench.sqlite3\nqueuey.read_delay = 0\n"
-        )
-    from harness import cassandra
-
-    cluster = cassandra.ensure_running(1)
-    fresh_keyspace(cluster.contact_points, cluster.port, "queuey_bench")
-    return (
-        "queuey.storage.backend = queuey.storage.cassandra\n"
-        f"queuey.cassandra.contact_points = {','.join(cluster.contact_points)}\n"
-        f"queuey.cassandra.port = {cluster.port}\n"
-        "queuey.cassandra.keyspace = queuey_bench\n"
-        "queuey.cassandra.create_schema = true\n"
-        "queuey.cassandra.request_timeout = 2\n"
-        "queuey.read_delay = 2\n"
-    )
-
-
-def fresh_keyspace(contact_points: list[str], port: int, keyspace: str) -> None:
-    """Drop what earlier runs left: every run measures an empty keyspace (a
-    queue of millions of messages costs the operators' refresher more)."""
-    from cassandra.cluster import Cluster
-
-    cluster = Cluster(list(contact_points), port=port)
-    try:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
-    finally:
-        cluster.shutdown()
-
-
-def tree(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return [proc]
-
-
-def tree_cpu(proc: psutil.Process) -> float:
-    """CPU seconds used so far by ``proc`` and its live children."""
-    total = 0.0
-    for member in tree(proc):
-        try:
-            times = member.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for member in tree(proc):
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
-class Server:
-    """A Queuey server process of its own (``pserve`` on a generated ini)."""
-
-    def __init__(
-        self,
-        backend: str,
-        workdir: Path,
-        threads: int | None = None,
-        server: str = "granian",
-        workers: int = 2,
-        log_level: str = "INFO",
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.backend = backend
-        apps = workdir / "apps.ini"
-        apps.write_text(
-            f"[application:{APP}]\nkeys = plain:{KEY}\nallow = 127.0.0.0/8\n"
-            f"sqs_secret = {SQS_SECRET}\n"
-            # One application's throughput is the figure: its limits are off.
-            "max_requests_per_second = 0\nmax_waiting_polls = 0\n"
-        )
-        if threads is None:
-            threads = 16 if server == "granian" else 8
-        ini = workdir / f"{backend}-{server}.ini"
-        ini.write_text(
-            INI.format(
-                apps=apps,
-                storage=storage_settings(backend, workdir),
-                server=SERVERS[server].format(port=self.port, workers=workers, threads=threads),
-                log_level=log_level,
-            )
-        )
-        self.description = {
-            "server": server,
-            "workers": workers if server == "granian" else 1,
-            "threads_per_worker": threads,
-            "request_log": log_level,
-        }
-        self.proc = start_pserve(ini, workdir / f"{backend}-{server}.log")
-        wait_http(f"http://127.0.0.1:{self.port}/__lbheartbeat__", timeout=120)
-        self.ps = psutil.Process(self.proc.pid)
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-        self._sampler.start()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak_rss = max(self.peak_rss, tree_rss(self.ps))
-            time.sleep(0.05)
-
-    def rss(self) -> int:
-        return tree_rss(self.ps)
-
-    def cpu(self) -> float:
-        return tree_cpu(self.ps)
-
-    def stop(self) -> None:
-        self._stop.set()
-        stop_process_group(self.proc)
 
 
 def request(conn: http.client.HTTPConnection, method: str, path: str, body=None):

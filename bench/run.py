@@ -6,7 +6,10 @@ Each benchmark is a script printing one JSON object on stdout; a failing one is
 reported with its exit code and the tail of its stderr (and what it printed, if
 that is JSON), and the others still run. When the work-queue, API and RabbitMQ
 benchmarks ran, ``comparison`` holds Queuey's figures over RabbitMQ's from the
-same run.
+same run. When the work-queue benchmark ran on Cassandra (2 API nodes, one run
+per work-queue design), ``comparison.workqueue_cassandra`` holds each design's
+figures of the issue's goals (rate, reserve p50, post -> first delivery p50,
+CQL requests per delivered message) and ``comparison.goals`` says which were met.
 """
 
 from __future__ import annotations
@@ -93,6 +96,68 @@ GOALS = [
 #: p99 of a single post no worse than RabbitMQ's confirmed publish: ratio <= 1.
 P99_GOALS = [("single_post_over_confirmed_publish", backend) for backend in ("sqlite", "cassandra")]
 CONSUMER_GROUP_GOAL = 30_000
+#: The issue's goals for work queues on Cassandra, 2 API nodes (bench/workqueue.py),
+#: per design: (figure, "min" or "max", target).
+WORKQUEUE_GOALS = [
+    ("reserve_ack_per_s", "min", 15_000),
+    ("reserve_ack_over_consume_ack", "min", 0.4),
+    ("reserve_p50_ms", "max", 5.0),
+    ("post_to_delivery_p50_ms", "max", 10.0),
+    ("lwt_per_delivered_message", "max", 0.01),
+    ("write_per_delivered_message", "max", 1.5),
+    ("single_post_lwt_per_delivered_message", "max", 0.01),
+    ("single_post_write_per_delivered_message", "max", 1.5),
+]
+
+
+def reserve_ack_run(figures: dict) -> dict:
+    """A work-queue result's main reserve+ack run: batches of 100, else the largest."""
+    runs = {k: v for k, v in figures.items() if k.startswith("reserve_ack_batch_")}
+    if not runs:
+        return {}
+    return runs.get("reserve_ack_batch_100") or max(runs.values(), key=lambda r: r["batch"])
+
+
+def workqueue_cassandra(results: dict, consume: float | None) -> dict:
+    """Per Cassandra work-queue design (2 API nodes): the figures of the issue's goals."""
+    out = {}
+    for key, figures in figures_of(results, "workqueue").items():
+        if not key.startswith("cassandra"):
+            continue
+        run = reserve_ack_run(figures)
+        cql = run.get("cql_per_delivered_message", {})
+        single = figures.get("single_post_reserve_ack", {}).get("cql_per_delivered_message", {})
+        out[key] = {
+            "api_nodes": figures.get("api_nodes"),
+            "batch": run.get("batch"),
+            "reserve_ack_per_s": run.get("per_second"),
+            "reserve_ack_over_consume_ack": ratio(run.get("per_second"), consume),
+            "reserve_p50_ms": run.get("reserve", {}).get("p50_ms"),
+            "post_to_delivery_p50_ms": figures.get("post_to_delivery", {}).get("p50_ms"),
+            **{f"{kind}_per_delivered_message": cql.get(kind) for kind in ("read", "write", "lwt")},
+            **{
+                f"single_post_{kind}_per_delivered_message": single.get(kind)
+                for kind in ("read", "write", "lwt")
+            },
+        }
+    return out
+
+
+def workqueue_goals(designs: dict) -> list[dict]:
+    found = []
+    for key, figures in designs.items():
+        for figure, sense, target in WORKQUEUE_GOALS:
+            value = figures.get(figure)
+            met = value is not None and (value >= target if sense == "min" else value <= target)
+            found.append(
+                {
+                    "goal": f"workqueue {key} ({figures.get('api_nodes')} API nodes) {figure} "
+                    f"{'>=' if sense == 'min' else '<='} {target}",
+                    "value": value,
+                    "met": met,
+                }
+            )
+    return found
 
 
 def compare(results: dict) -> dict:
@@ -100,7 +165,11 @@ def compare(results: dict) -> dict:
     and whether each goal was met."""
     peer = figures_of(results, "rabbitmq")
     if not peer:
-        return {}
+        # Without RabbitMQ's figures, the work-queue goals that need none.
+        designs = workqueue_cassandra(results, None)
+        if not designs:
+            return {}
+        return {"workqueue_cassandra": designs, "goals": workqueue_goals(designs)}
     consume = peer["consume_ack"]["per_second"]
     confirmed = peer["confirmed_publish"]
     tx = peer.get("tx_publish", {})
@@ -146,7 +215,8 @@ def compare(results: dict) -> dict:
                 "p50_latency": ratio(latency["p50_ms"], delivery["p50_ms"]),
                 "p99_latency": ratio(latency["p99_ms"], delivery["p99_ms"]),
             }
-    out["goals"] = goals(out, results)
+    out["workqueue_cassandra"] = workqueue_cassandra(results, consume)
+    out["goals"] = goals(out, results) + workqueue_goals(out["workqueue_cassandra"])
     out["how"] = (
         "rate ratios above 1 mean Queuey is faster; latency ratios above 1 mean Queuey "
         "is slower. Both sides under native load on the same cores: wrk against Queuey "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -58,6 +59,20 @@ def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
     if response.status != 200:
         raise RuntimeError(f"/metrics answered {response.status}")
     return time.perf_counter() - started, body
+
+
+#: The Cassandra backend's requests by kind, summed over a node's processes.
+REQUESTS = re.compile(r'^queuey_cassandra_requests_total\{kind="(\w+)"\} (\S+)$', re.MULTILINE)
+
+
+def request_counts(port: int) -> dict[str, float]:
+    """The CQL requests a node has sent so far, by kind (``{}`` on SQLite)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        _, body = scrape(conn)
+    finally:
+        conn.close()
+    return {kind: float(value) for kind, value in REQUESTS.findall(body.decode())}
 
 
 def fill(port: int, queues: int, messages: int) -> None:
