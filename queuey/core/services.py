@@ -96,6 +96,12 @@ def build_services(
         per_application=quotas.max_waiting_polls,
     )
     quotas.hold = long_polls.hold
+
+    def available(application: str, name: str) -> None:
+        long_polls.notify(application, name)
+        storage.announce_available(application, name)
+
+    storage.watch_available(long_polls.notify)
     # One process of the server measures queues and publishes the figures;
     # its workers follow (queuey.server).
     snapshot = shared_dir / "overview.pickle" if role and shared_dir else None
@@ -153,7 +159,7 @@ def build_services(
             rules=rules,
             read_delay_micros=settings.read_delay_micros,
             queues=queues,
-            on_available=long_polls.notify,
+            on_available=available,
             on_posted=posted,
             on_acked=acked,
         ),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import abc
 import importlib
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -319,6 +319,16 @@ class Storage(abc.ABC):
         store on this host reads at once, or ``None`` (changes through other
         processes are then seen when the metadata cache's entries expire)."""
         return None
+
+    def announce_available(self, application: str, queue: str) -> None:  # noqa: B027
+        """Tell the other API processes that messages became available on
+        ``queue`` here (posted, released, redriven), so their long polls wake
+        at once instead of at their next poll; a store with no way to reach
+        them does nothing. Never raises."""
+
+    def watch_available(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
+        """Have ``callback(application, queue)`` called when another process
+        announces available messages (:meth:`announce_available`)."""
 
     def request_counts(self) -> dict[str, int]:
         """Requests this backend has sent to its store, by kind, so operators

@@ -200,3 +200,52 @@ def test_steady_state_pays_no_lightweight_transaction_per_message(store, four, c
         assert len(writes) / delivered <= 0.1
     finally:
         recorder.close()
+
+
+def test_a_post_through_one_process_wakes_long_polls_on_the_others(store, other, four, clock):
+    woken: list[tuple[str, str]] = []
+    other.watch_available(lambda application, name: woken.append((application, name)))
+    reserve(other, four, clock)  # the other process serves work queues: it has a peer port
+    reserve(store, four, clock)
+    deadline = time.monotonic() + 3 * store.config.owner_term
+    while (four.application, four.name) not in woken:
+        assert time.monotonic() < deadline, "no wake-up reached the other process"
+        store.announce_available(four.application, four.name)
+        time.sleep(0.05)
+
+
+def owner_row(store, key):
+    row = store.session.execute(
+        f"SELECT owner FROM {store.config.keyspace}.work_owners "
+        "WHERE incarnation = %s AND subscription = %s AND partition = %s",
+        key,
+    ).one()
+    return row[0] if row else None
+
+
+def test_a_call_racing_a_hand_over_never_leaves_a_partition_held_without_its_row(
+    store, four, clock, monkeypatch
+):
+    """A call arriving while the owner lets a partition go must not take it
+    back between the release and the row's deletion (it would then serve it
+    while another process takes the free row)."""
+    reserve(store, four, clock)
+    owner = store._work.ownership
+    key = (four.incarnation, "s", 1)
+    assert owner.held(key) is not None
+    racers: list[threading.Thread] = []
+    delete = owner._delete_row
+
+    def delete_while_a_call_arrives(k):
+        racer = threading.Thread(target=owner.route, args=(four.incarnation, "s", [1]))
+        racer.start()
+        racers.append(racer)
+        racer.join(0.3)  # the call waits for the release to finish
+        delete(k)
+
+    monkeypatch.setattr(owner, "_delete_row", delete_while_a_call_arrives)
+    owner.release(key)
+    for racer in racers:
+        racer.join(10)
+    held = owner.held(key)
+    assert held is None or owner_row(store, key) == owner.member

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -390,6 +390,19 @@ class CassandraStorage(Storage):
     def ping(self) -> None:
         c = self._connection()
         c.session.execute(c.st.ping, execution_profile=P_META)
+
+    # -- wake-ups across API processes (see .announce) ------------------------------
+    def announce_available(self, application: str, queue: str) -> None:
+        if not isinstance(self._work, OwnedWorkQueue):
+            return
+        try:
+            self._work.announce(self._connection(), application, queue)
+        except Exception:  # noqa: BLE001 - a hint; the long polls poll anyway
+            log.debug("announcing %s/%s failed", application, queue, exc_info=True)
+
+    def watch_available(self, callback: Callable[[str, str], None]) -> None:
+        if isinstance(self._work, OwnedWorkQueue):
+            self._work.watchers.append(callback)
 
     # -- request counts (see .counters) ---------------------------------------------
     def request_counts(self) -> dict[str, int]:

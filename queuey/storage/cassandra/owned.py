@@ -36,6 +36,7 @@ from queuey.model import (
 )
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import wire
+from queuey.storage.cassandra.announce import TIMEOUT, Announcer
 from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.ownership import NotOwner
 from queuey.storage.cassandra.peers import PeerClient, PeerServer, PeerUnavailable
@@ -64,6 +65,10 @@ class OwnedWorkQueue:
         self._client: PeerClient | None = None
         self._start_lock = threading.Lock()
         self._conn: Connection | None = None
+        #: Called with ``(application, queue)`` when another process announces
+        #: available messages (:mod:`.announce`).
+        self.watchers: list[Callable[[str, str], None]] = []
+        self.announcer = Announcer(self._send_available, lambda: self.ownership.peers)
 
     # -- start and stop -------------------------------------------------------------
     def _start(self, c: Connection) -> None:
@@ -86,11 +91,21 @@ class OwnedWorkQueue:
             self._client = PeerClient(secret)
 
     def close(self) -> None:
+        self.announcer.close()
         self.ownership.close()
         if self._server is not None:
             self._server.close()
         if self._client is not None:
             self._client.close()
+
+    # -- wake-ups --------------------------------------------------------------------
+    def announce(self, c: Connection, application: str, queue: str) -> None:
+        self._start(c)
+        self.announcer.announce(application, queue)
+
+    def _send_available(self, address: str, queues: list[list[str]]) -> None:
+        assert self._client is not None
+        self._client.call(address, "available", {"queues": queues}, TIMEOUT)
 
     # -- the calls ------------------------------------------------------------------
     def reserve(self, c: Connection, queue: QueueMeta, sub: str, ask: ReserveAsk) -> Reserved:
@@ -230,24 +245,33 @@ class OwnedWorkQueue:
                 by_partition.setdefault(parsed[0], []).append(r)
         if malformed:
             statuses.update(local(malformed))
+
+        def settle(parts: list[int], answered: dict[str, ReceiptStatus]) -> None:
+            """Keep the answers; receipts left unanswered (their partition
+            was handed over meanwhile) are routed again."""
+            statuses.update(answered)
+            for p in parts:
+                left = [r for r in by_partition[p] if r not in answered]
+                if left:
+                    by_partition[p] = left
+                else:
+                    del by_partition[p]
+            if any(p in by_partition for p in parts):
+                self.ownership.forget(queue.incarnation, sub, parts)
+
         for _ in range(ATTEMPTS):
             if not by_partition:
                 break
             mine, elsewhere = self.ownership.route(queue.incarnation, sub, list(by_partition))
             if mine:
-                picked = [r for p in mine for r in by_partition.pop(p)]
-                statuses.update(self._local(local, picked))
+                settle(mine, self._local(local, [r for p in mine for r in by_partition[p]]))
             for address, parts in elsewhere.items():
-                picked = [r for p in parts for r in by_partition[p]]
-                op, args = remote(picked)
+                op, args = remote([r for p in parts for r in by_partition[p]])
                 args |= {"queue": wire.encode_queue(queue), "sub": sub}
                 try:
-                    statuses.update(decode(self._forward(address, op, args)))
+                    settle(parts, decode(self._forward(address, op, args)))
                 except PeerUnavailable:
                     self.ownership.forget(queue.incarnation, sub, parts)
-                    continue
-                for p in parts:
-                    del by_partition[p]
         if by_partition:
             raise StorageUnavailable("cassandra: partition owners unreachable, retry")
         return {r: statuses[r] for r in receipts}
@@ -256,6 +280,11 @@ class OwnedWorkQueue:
     def _handle(self, op: str, args: dict) -> dict:
         """Serve a forwarded call from what this process owns (taking unowned
         partitions); partitions owned elsewhere answer "not the owner"."""
+        if op == "available":
+            for application, name in args["queues"]:
+                for watch in self.watchers:
+                    watch(str(application), str(name))
+            return {}
         if op == "handoff":
             key = (str(args["incarnation"]), str(args["sub"]), int(args["partition"]))
             return {"released": self.ownership.hand_over(key)}

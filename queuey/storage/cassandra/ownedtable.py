@@ -3,7 +3,8 @@
 :class:`OwnedTable` has the interface of :class:`.leasetable.LeaseTable`, so
 the work queue, a reserve call and the rounds run on it unchanged: ``load``
 hands out a copy of the owned state (under this process's turn on the
-partition), ``commit`` makes the changed copy durable as one delta
+partition; a partition handed over since the call was routed is left out and
+the call routes it again), ``commit`` makes the changed copy durable as one delta
 (:mod:`.statelog`), checks that the term still runs, and only then installs
 it as the state in memory. No write is conditional; every commit applies.
 A write that fails leaves the outcome unknown, so the partition is dropped
@@ -53,8 +54,9 @@ class OwnedTable(LeaseTable):
     ) -> dict[int, LeaseState]:
         out = {}
         for p in partitions:
-            h = self._held(queue, sub, p)
-            out[p] = copy_state(h.state, h.epoch)
+            h = self.ownership.held((queue.incarnation, sub, p))
+            if h is not None:  # else handed over since the call was routed
+                out[p] = copy_state(h.state, h.epoch)
         return out
 
     def read(

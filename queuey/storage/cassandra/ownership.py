@@ -119,6 +119,7 @@ class Ownership:
         #: work queue, which holds the peer client); answers whether it did.
         self.ask_handoff: Callable[[str, Key], bool] | None = None
         self._members: list[str] = []
+        self.peers: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -143,7 +144,7 @@ class Ownership:
         self._beat = p(
             f"INSERT INTO {ks}.work_members (shard, member, address) VALUES (0, ?, ?) USING TTL ?"
         )
-        self._list = p(f"SELECT member FROM {ks}.work_members WHERE shard = 0")
+        self._list = p(f"SELECT member, address FROM {ks}.work_members WHERE shard = 0")
         self._leave = p(f"DELETE FROM {ks}.work_members WHERE shard = 0 AND member = ?")
         self.log = StateLog(c.session, ks, self.lease_ttl, self.timeout)
         self.address = address
@@ -180,26 +181,34 @@ class Ownership:
 
     def drop(self, key: Key, epoch: int) -> None:
         """Forget a partition whose state may no longer match Cassandra (a
-        write failed), and free its row so it is taken again with a new epoch."""
+        write failed). Its row stays: the next call here takes it again with
+        a new epoch, which reads back whatever landed. (Deleting the row here
+        could race that retake and leave it held without a row.)"""
         with self._lock:
             h = self._held.get(key)
             if h is None or h.epoch != epoch:
                 return
             del self._held[key]
         self._owners.pop(key, None)
-        self._delete_row(key)
 
     def release(self, key: Key) -> None:
-        """Let a partition go between two calls (its state is already durable)."""
-        self.turns.take(key, 4 * self.timeout)
+        """Let a partition go between two calls (its state is already
+        durable): no call on it is in flight (its turn) and no take of it
+        runs (its taking turn) while the row is deleted, so this process
+        cannot take it back in between and hold it without a row."""
+        self._taking.take(key, 4 * self.timeout)
         try:
-            with self._lock:
-                h = self._held.pop(key, None)
+            self.turns.take(key, 4 * self.timeout)
+            try:
+                with self._lock:
+                    h = self._held.pop(key, None)
+                self._owners.pop(key, None)
+                if h is not None:
+                    self._delete_row(key)
+            finally:
+                self.turns.give_back([key])
         finally:
-            self.turns.give_back([key])
-        self._owners.pop(key, None)
-        if h is not None:
-            self._delete_row(key)
+            self._taking.give_back([key])
 
     def _delete_row(self, key: Key) -> None:
         try:
@@ -360,7 +369,10 @@ class Ownership:
             execution_profile=P_WORK,
             timeout=self.timeout,
         )
-        self._members = [row[0] for row in s.execute(self._list, timeout=self.timeout)]
+        rows = list(s.execute(self._list, timeout=self.timeout))
+        self._members = [row[0] for row in rows]
+        #: The other live processes' peer addresses.
+        self.peers = [row[1] for row in rows if row[0] != self.member and row[1]]
 
     def _renew_all(self) -> None:
         now = time.monotonic()

@@ -62,6 +62,10 @@ def run_rounds(
 ) -> Outcome:
     """Change ``sub``'s lease partitions of ``partitions`` in rounds.
 
+    A table may load fewer partitions than asked (an owned table leaves out
+    those this process stopped owning): those are dropped from the call, and
+    the caller sees no result for them.
+
     Each round, ``change(states)`` changes the states of the partitions held
     (all at once, so a caller may choose across them) and returns a result
     per partition; after the write, ``keep(partition, result)`` receives the
@@ -83,12 +87,12 @@ def run_rounds(
                 before_load(held)
             states = table.load(c, queue, sub, held)
             results = change(states)
-            dirty = [p for p in held if states[p].dirty]
+            dirty = [p for p in held if p in states and states[p].dirty]
             applied = table.commit(c, queue, sub, [states[p] for p in dirty])
         finally:
             table.give_back(queue, sub, held)
         lost = [p for p, ok in zip(dirty, applied, strict=True) if not ok]
-        again = [p for p in held if p not in lost and keep(p, results[p])]
+        again = [p for p in held if p in states and p not in lost and keep(p, results[p])]
         pending = [p for p in pending if p not in held] + lost + again
         if pending and lost:
             backoff(attempt)

@@ -74,7 +74,9 @@ class CassandraWorkQueue:
             groups.setdefault(parsed[0], []).append((receipt, parsed[1], parsed[2]))
         for answers in change_partitions(self.table, c, queue, sub, groups, change).values():
             statuses.update(answers)
-        return {r: statuses[r] for r in receipts}
+        # Every receipt has its answer, but on an owned table, where a
+        # partition handed over meanwhile answers nothing (routed again).
+        return {r: statuses[r] for r in receipts if r in statuses}
 
     def ack(
         self, c: Connection, queue: QueueMeta, sub: str, receipts: Sequence[str], now: int
