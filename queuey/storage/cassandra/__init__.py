@@ -45,7 +45,7 @@ The modules, one job each: :mod:`.settings` (the ``queuey.cassandra.*`` keys),
 :mod:`.writes`, :mod:`.dedup` and :mod:`.reads` (the message paths),
 :mod:`.leases` (a subscription's state and its rules, no I/O), :mod:`.turns`
 (this process's turns on lease partitions), :mod:`.leasetable` (lease I/O),
-:mod:`.rounds` (the conditional rounds every change runs), :mod:`.workqueue`
+:mod:`.rounds` (the conditional rounds every change runs), :mod:`queuey.storage.cassandra.workqueue`
 (ack, release, extend, reopen), :mod:`.reservation` (reserve),
 :mod:`.workstats` (stats) and :mod:`.backend` (:class:`CassandraStorage`).
 

@@ -1,7 +1,7 @@
 """A subscription's state in one queue partition, and the rules that change it.
 
 Pure logic, no I/O: :mod:`.leasetable` reads a :class:`LeaseState` from its
-Cassandra partition, :mod:`.workqueue` and :mod:`.reservation` apply these
+Cassandra partition, :mod:`queuey.storage.cassandra.workqueue` and :mod:`.reservation` apply these
 transitions, and the table writes back only the slots they touched,
 conditionally on the version it read.
 

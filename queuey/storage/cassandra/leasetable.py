@@ -5,7 +5,7 @@ reading a lease partition into a :class:`.leases.LeaseState`, writing the
 states that changed in one conditional batch each (a lightweight transaction
 on ``version`` at LOCAL_SERIAL), this process's turns on lease partitions
 (:class:`.turns.Turns`), and reading the messages that slots name. The work
-queue (:mod:`.workqueue`), a reserve call (:mod:`.reservation`), the
+queue (:mod:`queuey.storage.cassandra.workqueue`), a reserve call (:mod:`.reservation`), the
 conditional rounds (:mod:`.rounds`) and the stats (:mod:`.workstats`) are
 built on it and never on each other.
 """

@@ -2,8 +2,8 @@
 
 The default Cassandra work queue (``queuey.cassandra.work_queue = owned``).
 Each API process owns some of a subscription's queue partitions for a term
-(:mod:`.ownership`) and serves them from memory (:mod:`.ownedtable`), with
-the same rules as the stateless design (:mod:`.workqueue`, :mod:`.leases`,
+(:mod:`queuey.storage.cassandra.ownership`) and serves them from memory (:mod:`.ownedtable`), with
+the same rules as the stateless design (:mod:`queuey.storage.cassandra.workqueue`, :mod:`.leases`,
 :mod:`.reservation`): a change costs one plain write, no lightweight
 transaction. A call that names partitions another process owns is forwarded
 to that process over its peer port (:mod:`.peers`, authenticated with the

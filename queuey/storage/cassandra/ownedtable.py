@@ -1,4 +1,4 @@
-"""Lease partitions held in memory by their owner (see :mod:`.ownership`).
+"""Lease partitions held in memory by their owner (see :mod:`queuey.storage.cassandra.ownership`).
 
 :class:`OwnedTable` has the interface of :class:`.leasetable.LeaseTable`, so
 the work queue, a reserve call and the rounds run on it unchanged: ``load``

@@ -107,7 +107,7 @@ def _v1(cfg: CassandraSettings) -> list[str]:
 
 def _v2(cfg: CassandraSettings) -> list[str]:
     """Work queues: queue settings, message fields, the priority index, dedup
-    ids and subscription state (see :mod:`.workqueue`)."""
+    ids and subscription state (see :mod:`queuey.storage.cassandra.workqueue`)."""
     ks = cfg.keyspace
     expiring = _expiring_options(cfg)
     return [

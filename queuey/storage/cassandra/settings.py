@@ -54,7 +54,7 @@ class CassandraSettings:
     protocol_version: int = 5
     #: Work queues: ``owned`` (a process owns a subscription's queue partition
     #: for a term and keeps its leases in memory, :mod:`.owned`) or ``lwt``
-    #: (every change a lightweight transaction, :mod:`.workqueue`).
+    #: (every change a lightweight transaction, :mod:`queuey.storage.cassandra.workqueue`).
     work_queue: str = "owned"
     #: Seconds an owner's term lasts without renewal (failover bound).
     owner_term: float = 10.0

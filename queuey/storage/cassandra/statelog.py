@@ -1,6 +1,6 @@
 """An owned lease partition's state on disk: a snapshot plus a ring of deltas.
 
-The owner of a subscription's queue partition (:mod:`.ownership`) keeps its
+The owner of a subscription's queue partition (:mod:`queuey.storage.cassandra.ownership`) keeps its
 :class:`.leases.LeaseState` in memory and makes every change durable before
 it answers, with plain writes to one Cassandra partition of ``work_state``
 (key: incarnation, subscription, queue partition):

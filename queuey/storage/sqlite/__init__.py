@@ -9,7 +9,7 @@ run beside the writer); writes go through a single connection under a lock
 (:mod:`.database`). The tables are created or
 migrated on open (:mod:`.schema`); ``queuey schema upgrade`` / ``show`` do it
 on purpose (:mod:`.config`). Work queues (subscriptions, leases) live in
-:mod:`.workqueue` and :mod:`.stats`. Expired rows are deleted by a background
+:mod:`queuey.storage.sqlite.workqueue` and :mod:`.stats`. Expired rows are deleted by a background
 thread (:mod:`.sweeper`), never by a request.
 """
 

@@ -3,7 +3,7 @@
 The storage interface over one file, and the expiry sweep; queue metadata
 goes through :mod:`.queues`, writes of messages through :mod:`.group_commit`,
 reads and deletes through :mod:`.messages`, work queues through
-:mod:`.workqueue` and :mod:`.stats`, consumers' checkpoints through
+:mod:`queuey.storage.sqlite.workqueue` and :mod:`.stats`, consumers' checkpoints through
 :mod:`.checkpoints`, connections through :mod:`.database`, and the sweep runs
 in the background (:mod:`.sweeper`), never on a request.
 """

@@ -14,7 +14,7 @@ message's expiry is copied in so the sweep can drop the row with it) and
 ``dedup`` (dedup ids within their window). Only messages with a priority
 above 0 are indexed by priority, so a default post costs no extra index entry
 (reservations find priority-0 messages by the primary key, see
-:mod:`.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
+:mod:`queuey.storage.sqlite.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
 the ``retired`` table (incarnations a purge or delete left behind, whose rows
 are still being removed in batches); version 5 the leases' ``generation``
 (drawn anew by each reopen, see :class:`queuey.model.DeadLetter`).
