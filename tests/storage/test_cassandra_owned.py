@@ -159,7 +159,7 @@ def test_a_former_owners_late_write_is_never_applied(settings, store, other, fou
     stale = LeaseState(partition=key[2], slots=dict(held.state.slots))
     slot = stale.by_message[first.message.id]
     stale.put(Slot(**{**slot.__dict__, "state": ACKED}))
-    owner.log.write_delta(key, stale, held.epoch, held.seq + 1, owner.stamp() - 10**6).result()
+    owner.log.write_deltas([(key, stale, held.epoch, held.seq + 1, owner.stamp() - 10**6)]).result()
     other.close()
     third = load_from_config(settings, clock)
     try:

@@ -242,7 +242,11 @@ class CassandraStorage(Storage):
         if not messages:
             return []
         self._writer.check_ttls(messages, self.max_ttl)
-        return self._writer.put(self._connection(), queue, messages, self.write_timeout_seconds)
+        try:
+            return self._writer.put(self._connection(), queue, messages, self.write_timeout_seconds)
+        finally:
+            if isinstance(self._work, OwnedWorkQueue):
+                self._work.posted(queue)
 
     @boundary("read messages")
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:

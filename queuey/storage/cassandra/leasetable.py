@@ -25,6 +25,7 @@ from cassandra.query import BatchStatement, BatchType
 from queuey.model import Message, QueueMeta
 from queuey.storage.cassandra.leases import SLOTS, LeaseState, Slot
 from queuey.storage.cassandra.reads import message_of
+from queuey.storage.cassandra.scancache import ScanCache
 from queuey.storage.cassandra.session import P_WORK, consistency_profile, execute_all
 from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL, CassandraSettings
 from queuey.storage.cassandra.statements import Connection
@@ -45,6 +46,8 @@ class LeaseTable:
         #: Lease rows live as long as any message they can name (refreshed on write).
         self.lease_ttl = min(CASSANDRA_MAX_TTL, config.max_ttl + 86400)
         self.turns = Turns()
+        #: Scans kept between reserves (only an owner keeps them).
+        self.scans: ScanCache | None = None
         self._registered: collections.OrderedDict[tuple[str, str], float] = (
             collections.OrderedDict()
         )

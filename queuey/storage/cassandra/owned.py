@@ -99,6 +99,11 @@ class OwnedWorkQueue:
             self._client.close()
 
     # -- wake-ups --------------------------------------------------------------------
+    def posted(self, queue: QueueMeta) -> None:
+        """Messages were stored through this process: kept scans of the queue
+        are out of date."""
+        self.table.scans.drop_queue(queue.application, queue.name)
+
     def announce(self, c: Connection, application: str, queue: str) -> None:
         self._start(c)
         self.announcer.announce(application, queue)
@@ -282,6 +287,7 @@ class OwnedWorkQueue:
         partitions); partitions owned elsewhere answer "not the owner"."""
         if op == "available":
             for application, name in args["queues"]:
+                self.table.scans.drop_queue(str(application), str(name))
                 for watch in self.watchers:
                     watch(str(application), str(name))
             return {}

@@ -20,6 +20,7 @@ from queuey.model import QueueMeta
 from queuey.storage.cassandra.leases import LeaseState
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.ownership import Held, NotOwner, Ownership
+from queuey.storage.cassandra.scancache import ScanCache
 from queuey.storage.cassandra.settings import CassandraSettings
 from queuey.storage.cassandra.statelog import SNAPSHOT_EVERY, decode
 from queuey.storage.cassandra.statements import Connection
@@ -42,6 +43,7 @@ class OwnedTable(LeaseTable):
     def __init__(self, config: CassandraSettings, max_ttl_micros: int) -> None:
         super().__init__(config, max_ttl_micros)
         self.ownership = Ownership(config, self.turns, self.lease_ttl)
+        self.scans = ScanCache()
 
     def _held(self, queue: QueueMeta, sub: str, partition: int) -> Held:
         h = self.ownership.held((queue.incarnation, sub, partition))
@@ -83,27 +85,28 @@ class OwnedTable(LeaseTable):
         if not states:
             return []
         self._register(c, queue, sub, False)
-        log = self.ownership.log
         stamp = self.ownership.stamp
         pending = []
         for state in states:
             h = self._held(queue, sub, state.partition)
             if h.epoch != state.version:
                 raise NotOwner("cassandra: the partition changed owner meanwhile, retry")
-            seq = h.seq + 1
-            future = log.write_delta(h.key, state, h.epoch, seq, stamp())
-            pending.append((h, state, seq, future))
-        failed = None
-        for h, state, seq, future in pending:
-            try:
-                future.result()
-            except Exception as exc:  # noqa: BLE001 - unknown outcome: start again
+            pending.append((h, state, h.seq + 1, stamp()))
+        # One request for every partition the call changed (an unlogged batch:
+        # each delta stands alone, so nothing needs the batch log).
+        future = self.ownership.log.write_deltas(
+            [(h.key, state, h.epoch, seq, ts) for h, state, seq, ts in pending]
+        )
+        failed: BaseException | None = None
+        try:
+            future.result()
+        except Exception as exc:  # noqa: BLE001 - unknown outcome: start again
+            failed = exc
+        for h, state, seq, _ in pending:
+            if failed is None and not h.valid():
+                failed = NotOwner("cassandra: ownership term ended, retry")
+            if failed is not None:
                 self.ownership.drop(h.key, h.epoch)
-                failed = failed or exc
-                continue
-            if not h.valid():
-                self.ownership.drop(h.key, h.epoch)
-                failed = failed or NotOwner("cassandra: ownership term ended, retry")
                 continue
             state.changed = set()
             state.head_changed = False

@@ -27,6 +27,7 @@ from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseStat
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.rounds import run_rounds
+from queuey.storage.cassandra.scancache import READ_AHEAD, Scan, ScanCache
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
 
@@ -52,6 +53,8 @@ class View:
     again: list[Slot] = field(default_factory=list)
     claims: list[Slot] = field(default_factory=list)
     capacity: int = 0  # free slots: how many new messages it can hand out
+    #: Per priority, the settled instant its scan covers (a kept scan's own).
+    bounds: dict[int, int] = field(default_factory=dict)
 
 
 class ReserveCall:
@@ -63,6 +66,8 @@ class ReserveCall:
         self.queue = queue
         self.sub = sub
         self._priorities: dict[int, ResponseFuture] = {}
+        #: Scans kept by this process (an owner's), or None (read every time).
+        self.kept: ScanCache | None = table.scans
 
     def run(self, ask: ReserveAsk) -> Reserved:
         queue, limit, now_micros = self.queue, ask.limit, ask.now_micros
@@ -77,7 +82,7 @@ class ReserveCall:
             """One choice over the partitions held: ``(deliveries, claims, more)``
             per partition, kept only if its write applies."""
             need = limit - len(deliveries)
-            views = self._views(states, need, now_micros)
+            views = self._views(states, need, now_micros, settled)
             picks = _choose(views, need)
             return {
                 p: self._apply(view, picks.get(p, []), ask.visibility_timeout, now_micros, settled)
@@ -120,11 +125,13 @@ class ReserveCall:
             for p in parts
         }
 
-    def _views(self, states: dict[int, LeaseState], need: int, now: int) -> dict[int, View]:
+    def _views(
+        self, states: dict[int, LeaseState], need: int, now: int, settled: int
+    ) -> dict[int, View]:
         """Each partition's state, available-again slots and new messages."""
         queue = self.queue
         views: dict[int, View] = {}
-        readers = []
+        readers: list[tuple[View, int, PartitionReader | Scan | None]] = []
         for p, state in states.items():
             future = self._priorities[p]
             if queue.fifo and _in_flight(state, now):
@@ -144,21 +151,30 @@ class ReserveCall:
             del view.claims[CLAIMS:]
             priorities = [0] + sorted({row[0] for row in future.result()} - {0})
             for q in priorities:
-                readers.append((view, q, self._reader(p, q, state, now, need)))
-        for _, _, reader in readers:
-            if reader is not None:
-                reader.start()
-        for _, _, reader in readers:
-            if reader is not None:
-                reader.prime()
-        for view, q, reader in readers:
-            if reader is None:
+                kept = self._kept(state, q, now, need)
+                source = kept if kept is not None else self._reader(p, q, state, now, need)
+                readers.append((view, q, source))
+        started = [r for _, _, r in readers if isinstance(r, PartitionReader)]
+        for reader in started:
+            reader.start()
+        for reader in started:
+            reader.prime()
+        for view, q, source in readers:
+            if source is None:
                 view.scans[q] = ([], True)
                 continue
+            if isinstance(source, Scan):
+                found: list[Message] = [
+                    m for m in source.after(view.state.positions.get(q)) if m.expires > now
+                ]
+                complete = source.exhausted
+                view.bounds[q] = min(settled, source.settled)
+            else:
+                found, complete = self._read(source, view.state, q, need, now, settled)
             rows: list[tuple[uuid.UUID, bool]] = []
-            exhausted = True
+            exhausted = complete
             fresh = 0
-            for msg in reader.messages():
+            for msg in found:
                 relevant = q > 0 or msg.priority == 0
                 rows.append((msg.id, relevant))
                 if relevant and msg.id not in view.state.by_message:
@@ -170,6 +186,51 @@ class ReserveCall:
             view.scans[q] = (rows, exhausted)
         return views
 
+    def _kept(self, state: LeaseState, q: int, now: int, need: int) -> Scan | None:
+        """A kept scan of ``(partition, q)`` that can serve this call: it has
+        ``need`` new messages after the position, or it saw everything."""
+        if self.kept is None:
+            return None
+        scan = self.kept.get((self.queue.incarnation, self.sub, state.partition, q), now)
+        if scan is None:
+            return None
+        if scan.exhausted:
+            # It saw everything up to its own instant only: since then a
+            # delayed message may have fallen due anywhere in its range.
+            return scan if now <= scan.now else None
+        fresh = 0
+        for m in scan.after(state.positions.get(q)):
+            if (q > 0 or m.priority == 0) and m.id not in state.by_message and m.expires > now:
+                fresh += 1
+                if fresh >= need:
+                    return scan
+        return None
+
+    def _read(
+        self, reader: PartitionReader, state: LeaseState, q: int, need: int, now: int, settled: int
+    ) -> tuple[list[Message], bool]:
+        """The messages a read after the position found (all of them up to
+        the read-ahead when scans are kept, and then kept), and whether it
+        reached the end."""
+        cap = SCAN_ROWS
+        if self.kept is not None:
+            cap = min(SCAN_ROWS, max(need, READ_AHEAD) + len(state.slots))
+        found: list[Message] = []
+        complete = True
+        fresh = 0
+        for msg in reader.messages():
+            found.append(msg)
+            if (q > 0 or msg.priority == 0) and msg.id not in state.by_message:
+                fresh += 1
+            if (self.kept is None and fresh >= need) or len(found) >= cap:
+                complete = False
+                break
+        if self.kept is not None:
+            key = (self.queue.incarnation, self.sub, state.partition, q)
+            queue = (self.queue.application, self.queue.name)
+            self.kept.put(key, Scan.of(queue, found, complete, now, settled))
+        return found, complete
+
     def _reader(
         self,
         partition: int,
@@ -178,10 +239,11 @@ class ReserveCall:
         now: int,
         need: int,
     ) -> PartitionReader | None:
+        ahead = need if self.kept is None else max(need, READ_AHEAD)
         query = ReadQuery(
             partitions=[partition],
             now_micros=now,
-            limit=min(SCAN_ROWS, need + len(state.slots)),
+            limit=min(SCAN_ROWS, ahead + len(state.slots)),
             order="ascending",
             after_id=state.positions.get(priority),
         )
@@ -247,12 +309,13 @@ class ReserveCall:
         before = dict(state.positions)
         passed = False
         for q, (rows, exhausted) in view.scans.items():
-            pos = advance(state.positions.get(q), rows, exhausted, handed, settled)
+            bound = view.bounds.get(q, settled)
+            pos = advance(state.positions.get(q), rows, exhausted, handed, bound)
             if pos is not None and pos != before.get(q):
                 passed = passed or any(ids.order_key(mid) <= ids.order_key(pos) for mid, _ in rows)
                 # Moving over nothing but time is written only with other
                 # changes, or once the position lags a bucket behind.
-                lag = settled - ids.micros_of(before[q]) if q in before else c.bucket_micros
+                lag = bound - ids.micros_of(before[q]) if q in before else c.bucket_micros
                 if passed or fresh or state.dirty or lag >= c.bucket_micros:
                     state.move_position(q, pos)
         return deliveries, dead, more

@@ -29,8 +29,10 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType
 
 from queuey.storage.cassandra.leases import FINISHED, GONE, LeaseState, Slot
 from queuey.storage.cassandra.session import P_WORK
@@ -172,16 +174,22 @@ class StateLog:
     def load(self, key: tuple[str, str, int]) -> Loaded:
         return decode(key[2], list(self.load_async(key).result()))
 
-    def write_delta(
-        self, key: tuple[str, str, int], state: LeaseState, epoch: int, seq: int, ts: int
+    def write_deltas(
+        self, deltas: Sequence[tuple[tuple[str, str, int], LeaseState, int, int, int]]
     ):
-        """Start writing ``state``'s changes as delta ``seq`` (a future)."""
-        return self.session.execute_async(
-            self._delta,
-            (self.ttl, ts, epoch, seq, encode_delta(state), *key, seq % RING),
-            execution_profile=P_WORK,
-            timeout=self.timeout,
-        )
+        """Start writing each ``(key, state, epoch, seq, ts)``'s changes as
+        delta ``seq`` of its partition, all in one request (a future)."""
+        values = [
+            (self.ttl, ts, epoch, seq, encode_delta(state), *key, seq % RING)
+            for key, state, epoch, seq, ts in deltas
+        ]
+        if len(values) == 1:
+            stmt: Any = self._delta.bind(values[0])
+        else:
+            stmt = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for v in values:
+                stmt.add(self._delta, v)
+        return self.session.execute_async(stmt, execution_profile=P_WORK, timeout=self.timeout)
 
     def write_snapshot(
         self, key: tuple[str, str, int], state: LeaseState, epoch: int, seq: int, ts: int

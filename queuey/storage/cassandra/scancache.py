@@ -1,0 +1,102 @@
+"""What an owner read after a position, kept for its next reserves.
+
+A reserve reads, for each queue partition and priority it serves, the
+messages after the subscription's position, and takes the best of them over
+all partitions: a reserve of 100 over 8 partitions reads up to 800 messages
+to hand out 100. The owner of a partition (:mod:`queuey.storage.cassandra.owned`) is the
+only one handing it out, so it keeps what it read (:class:`Scan`) and later
+reserves take from it without reading again, until it runs short, grows old,
+or the queue gets new messages through this process or an announcement from
+another (:meth:`ScanCache.drop_queue`). A scan that reached the end serves
+only calls at its own instant: a delayed message may fall due in its range
+any time after. A message falling due inside a kept prefix is handed out when
+the prefix is read again (the position cannot pass it, see below).
+
+A scan made at an earlier call knows only what had landed by then, so a
+position may pass only what that scan's own settled instant covered: the
+reserve moves positions with ``min(settled now, scan.settled)`` (the settled
+rule of :func:`queuey.storage.cassandra.leases.advance`), and a message that
+landed late with an older id is found by a later read. A kept message that
+expired meanwhile is skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from queuey import ids
+from queuey.model import Message
+
+#: Rows an owner reads ahead past a position (per queue partition and priority).
+READ_AHEAD = 500
+#: Microseconds (of the callers' clock) a kept scan serves reserves.
+MAX_AGE = 2_000_000
+#: Scans kept per process (least recently used dropped first).
+ENTRIES = 512
+
+Key = tuple[str, str, int, int]  # incarnation, subscription, partition, priority
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Rows read after a position, in order, as of one call."""
+
+    queue: tuple[str, str]  # application, name
+    messages: tuple[Message, ...]
+    exhausted: bool  # the read reached the end of what had landed
+    now: int  # the call's clock when read (microseconds)
+    settled: int  # the call's settled instant
+    keys: tuple = field(default=(), compare=False)  # the messages' order keys
+
+    @classmethod
+    def of(
+        cls,
+        queue: tuple[str, str],
+        messages: list[Message],
+        exhausted: bool,
+        now: int,
+        settled: int,
+    ) -> Scan:
+        keys = tuple(ids.order_key(m.id) for m in messages)
+        return cls(queue, tuple(messages), exhausted, now, settled, keys)
+
+    def after(self, position: uuid.UUID | None) -> list[Message]:
+        if position is None:
+            return list(self.messages)
+        return list(self.messages[bisect.bisect_right(self.keys, ids.order_key(position)) :])
+
+
+class ScanCache:
+    """This process's kept scans (thread-safe, bounded)."""
+
+    def __init__(self) -> None:
+        self._scans: collections.OrderedDict[Key, Scan] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Key, now: int) -> Scan | None:
+        with self._lock:
+            scan = self._scans.get(key)
+            if scan is None:
+                return None
+            if not 0 <= now - scan.now <= MAX_AGE:
+                del self._scans[key]
+                return None
+            self._scans.move_to_end(key)
+            return scan
+
+    def put(self, key: Key, scan: Scan) -> None:
+        with self._lock:
+            self._scans[key] = scan
+            self._scans.move_to_end(key)
+            while len(self._scans) > ENTRIES:
+                self._scans.popitem(last=False)
+
+    def drop_queue(self, application: str, name: str) -> None:
+        """Forget every scan of a queue (it has new messages)."""
+        with self._lock:
+            for key in [k for k, s in self._scans.items() if s.queue == (application, name)]:
+                del self._scans[key]
