@@ -449,7 +449,9 @@ class NodePair:
 def work_queue_nodes(request, tmp_path_factory) -> Iterator[NodePair]:
     """Two ``pserve`` nodes per backend (one SQLite file, or the shared Cassandra
     keyspace), started once for every work-queue test; each test makes its own
-    queues. Stopped when the backend's tests are done, even on failure."""
+    queues. Stopped when the backend's tests are done, even on failure. Cassandra
+    nodes run granian with 2 workers, as shipped: owned work queues keep leases in
+    the owning process and forward calls between processes (SQLite: waitress)."""
     from tests.support import TestApps, write_applications
 
     workdir = tmp_path_factory.mktemp(f"work-queue-{request.param}")
@@ -459,8 +461,9 @@ def work_queue_nodes(request, tmp_path_factory) -> Iterator[NodePair]:
     settings["queuey.dedup_window"] = str(WORK_QUEUE_DEDUP_WINDOW)
     nodes: list[ApiNode] = []
     try:
+        server = "granian" if request.param == "cassandra" else "waitress"
         for name in ("node-a", "node-b"):
-            nodes.append(ApiNode(name, workdir, settings))
+            nodes.append(ApiNode(name, workdir, settings, server=server, workers=2))
         for node in nodes:
             node.wait_ready()
         yield NodePair(

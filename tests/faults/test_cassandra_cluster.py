@@ -10,6 +10,9 @@ The cluster is this module's own, on its own ports and directory.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from harness import cassandra, cassandra_config
@@ -21,6 +24,10 @@ from tests.faults.cassandra_support import (
     own_cassandra,
     serve,
 )
+from tests.faults.test_work_queue import assert_invariants, post_keys, queue_name, report
+from tests.faults.work_queue_support import Consumer, WorkLog, WorkQueueHttp, run_consumers
+from tests.faults.work_queue_verdict import verdict
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
@@ -133,3 +140,43 @@ def test_two_nodes_down_answer_503_then_service_resumes(cluster, api_node):
     assert extra["slowest_failure_s"] <= 2 * REQUEST_TIMEOUT + SLACK, (
         f"a request hung past the request timeout: {figures}"
     )
+
+
+def test_one_node_down_work_queue_loses_nothing_and_never_leases_twice(cluster, api_node):
+    """A work queue drained by four consumers while one Cassandra node of three
+    is killed and restarted: its owner's plain writes and term renewals go on
+    at quorum, so nothing acknowledged comes back, no message is leased twice
+    while a lease runs, and every message is acknowledged in the end."""
+    total, vt, partitions = 1500, 20, 4
+    queue = queue_name("cluster")
+    admin = WorkQueueHttp(api_node.url, api_node.application)
+    admin.create_queue(queue, partitions=partitions, visibility_timeout=vt)
+    keys = [f"k{n}" for n in range(total)]
+    post_keys(admin, queue, keys, partitions)
+    log = WorkLog(keys)
+    stop = threading.Event()
+    consumers = [
+        Consumer(f"c{i}", api_node.url, api_node.application, queue, log, stop,
+                 limit=10, visibility_timeout=vt, wait=1)
+        for i in range(4)
+    ]  # fmt: skip
+    victim = cluster.nodes[2]
+
+    def fault() -> None:
+        wait_until(lambda: len(log.deliveries) >= total // 3, 120, "a third delivered")
+        assert cassandra.kill_node(victim)
+        time.sleep(OUTAGE_SECONDS)  # the fault's own duration
+        cassandra.ensure_running(3, base_dir=cluster.base_dir, **PORTS)
+
+    killer = threading.Thread(target=fault, daemon=True)
+    killer.start()
+    elapsed = run_consumers(consumers, log, timeout=240)
+    killer.join(120)
+    v = verdict(log)
+    line = report(
+        "3 nodes, RF 3, one node killed under a work queue",
+        f"sent={v.sent} delivered={v.delivered} acked={v.acked} lost={v.lost} "
+        f"duplicates={v.duplicates} early_redeliveries={v.early_redeliveries} "
+        f"after_ack={v.after_ack} s={elapsed:.1f} | {v.line()}",
+    )
+    assert_invariants(v, log, line)

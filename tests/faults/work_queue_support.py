@@ -404,3 +404,45 @@ def drain(urls: list[str], application: str, queue: str, log: WorkLog, settle: f
         for c in consumers:
             c.http.close()
     return drained
+
+
+# ---------------------------------------------------------------- failover
+
+
+class FailoverHttp(WorkQueueHttp):
+    """A user's calls through a load balancer over ``urls`` (preferred first).
+
+    A call that cannot reach its node (refused, or cut: the node died) moves
+    to the next node and fails as a 503 would (outcome unknown), which a
+    :class:`Consumer` counts before calling again. An ack or release answered
+    503 is sent again, counted in ``log``, for up to ``patience`` seconds: a
+    dead owner's partitions answer 503 until another process takes them.
+    ``moves`` holds (wall-clock time, new url) per move."""
+
+    def __init__(
+        self, urls: list[str], application: str, log: WorkLog, patience: float = 30.0
+    ) -> None:
+        super().__init__(urls[0], application)
+        self.urls, self.log, self.patience = list(urls), log, patience
+        self.moves: list[tuple[float, str]] = []
+
+    def call(self, method: str, path: str, expect: Iterable[int] = (200,), **kw: Any) -> dict:
+        url = self.url
+        try:
+            return super().call(method, path, expect, **kw)
+        except requests.ConnectionError as exc:
+            if self.url == url and len(self.urls) > 1:
+                self.url = self.urls[(self.urls.index(url) + 1) % len(self.urls)]
+                self.moves.append((time.time(), self.url))
+            raise HttpError(method, path, 503, f"{url} unreachable: {exc}") from exc
+
+    def _receipts(self, verb: str, queue: str, receipts, subscription, **extra) -> dict:
+        deadline = time.monotonic() + self.patience
+        while True:
+            try:
+                return super()._receipts(verb, queue, receipts, subscription, **extra)
+            except HttpError as exc:
+                if exc.status != 503 or time.monotonic() > deadline:
+                    raise
+                self.log.unknown_outcome(verb)
+                time.sleep(0.2)

@@ -60,7 +60,10 @@ class OwnedWorkQueue:
         self.table = OwnedTable(config, max_ttl_micros)
         self.ownership = self.table.ownership
         self.local = CassandraWorkQueue(config, max_ttl_micros, table=self.table)
-        self.timeout = 4 * config.request_timeout + 1
+        #: A forwarded call waits at most this long: a frozen owner must not
+        #: hold a live process's calls past the term in which its partitions
+        #: move (a forwarded call makes a few storage calls of its own).
+        self.timeout = min(4 * config.request_timeout + 1, config.owner_term / 2)
         self._server: PeerServer | None = None
         self._client: PeerClient | None = None
         self._start_lock = threading.Lock()
@@ -327,7 +330,9 @@ class OwnedWorkQueue:
 
     def _ask_handoff(self, address: str, key: tuple[str, str, int]) -> bool:
         args = {"incarnation": key[0], "sub": key[1], "partition": key[2]}
-        return bool(self._forward(address, "handoff", args)["released"])
+        assert self._client is not None
+        answer = self._client.call(address, "handoff", args, TIMEOUT)
+        return bool(answer["released"])
 
     def _owns_all(self, queue: QueueMeta, sub: str, partitions: set[int]) -> None:
         mine, elsewhere = self.ownership.route(queue.incarnation, sub, sorted(partitions))

@@ -122,6 +122,7 @@ class Ownership:
         self.peers: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._asking: threading.Thread | None = None
 
     # -- start and stop -------------------------------------------------------------
     def bind(self, c: Connection, address: str) -> None:
@@ -334,7 +335,7 @@ class Ownership:
             try:
                 self._heartbeat()
                 self._renew_all()
-                self._ask_for_wanted()
+                self._ask_in_background()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.warning("cassandra: renewing owned partitions failed", exc_info=True)
 
@@ -346,6 +347,16 @@ class Ownership:
             return False
         self.release(key)
         return True
+
+    def _ask_in_background(self) -> None:
+        """Ask for hand-overs on a thread of their own, so a peer that does
+        not answer never delays this process's renewals and heartbeats."""
+        if self._asking is not None and self._asking.is_alive():
+            return
+        self._asking = threading.Thread(
+            target=self._ask_for_wanted, name="queuey-handoffs", daemon=True
+        )
+        self._asking.start()
 
     def _ask_for_wanted(self) -> None:
         """Ask the owners of partitions this process ranks first to hand them
