@@ -39,7 +39,7 @@ from queuey.storage.cassandra import wire
 from queuey.storage.cassandra.announce import TIMEOUT, Announcer
 from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.ownership import NotOwner
-from queuey.storage.cassandra.peers import PeerClient, PeerServer, PeerUnavailable
+from queuey.storage.cassandra.peers import PeerClient, PeerNoAnswer, PeerServer, PeerUnavailable
 from queuey.storage.cassandra.session import P_META
 from queuey.storage.cassandra.settings import CassandraSettings
 from queuey.storage.cassandra.statements import Connection
@@ -135,6 +135,13 @@ class OwnedWorkQueue:
             }
             try:
                 answer = wire.decode_reserved(self._forward(address, "reserve", args))
+            except PeerNoAnswer:
+                # The owner may have leased messages it never answered with:
+                # say so (outcome unknown) rather than answer without them.
+                self.ownership.forget(queue.incarnation, sub, parts)
+                raise StorageUnavailable(
+                    "cassandra: reserve: a partition owner did not answer, retry"
+                ) from None
             except PeerUnavailable:
                 self.ownership.forget(queue.incarnation, sub, parts)
                 continue

@@ -1,8 +1,7 @@
 """Calls between the API processes of one deployment, on ports of their own.
 
-A work-queue partition's leases live in the memory of the process owning it;
-another process forwards the call there. Every worker process is an owner, so
-each listens on its own address (:class:`PeerServer`), not the public port.
+A partition's leases live in its owner process's memory; other processes
+forward calls there, to the owner's own address (:class:`PeerServer`).
 
 The port may be reachable from other machines. Per TCP connection the server
 first sends a 16-byte random nonce; then each frame is a 4-byte big-endian
@@ -12,12 +11,11 @@ captured frame is refused on another connection or out of order, and ``label``
 differs by direction, so a request cannot come back as an answer. Payloads are
 JSON, ``{"op": str, "args": {...}}`` answered by ``{"ok": {...}}`` or ``{"error":
 {"kind": "unavailable" | "internal", "message", "retry_after"}}``. A frame over
-``max_frame`` (judged from its length), a wrong MAC (checked before any JSON is
-parsed) or a malformed request closes the connection at once.
+``max_frame`` (by its length), a wrong MAC (checked before any JSON is parsed)
+or a malformed request closes the connection.
 
-Calls are not idempotent (a reserve leases messages): the client never sends a
-request twice; only a pooled connection found dead before the request could
-reach the server is replaced, once.
+Calls are not idempotent: a request is never sent twice; only a pooled
+connection found dead before sending is replaced, once.
 """
 
 from __future__ import annotations
@@ -40,12 +38,11 @@ from queuey.errors import ServiceError, StorageUnavailable
 log = logging.getLogger(__name__)
 
 NONCE_BYTES, MAC_BYTES = 16, 32
-MAX_FRAME = 64 * 1024 * 1024  # MAC and payload, by default
+MAX_FRAME, _CHUNK = 64 * 1024 * 1024, 1 << 20  # default frame bound (MAC and payload); read size
 #: Idle connections: the server closes them, the client drops them well before.
 SERVER_IDLE_SECONDS, CLIENT_IDLE_SECONDS = 300.0, 60.0
 #: A first frame comes this soon (a stranger cannot sit on a slot), a body this soon.
 HELLO_SECONDS, FRAME_SECONDS = 10.0, 30.0
-_CHUNK = 1 << 20
 _REQUEST, _ANSWER = b"queuey-peer/request\n", b"queuey-peer/answer\n"
 _LENGTH, _SEQ = struct.Struct(">I"), struct.Struct(">Q")
 
@@ -53,8 +50,11 @@ Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class PeerUnavailable(StorageUnavailable):
-    """The peer could not answer: unreachable, too slow, the connection broke,
-    or its handler failed. The call may or may not have taken effect there."""
+    """The peer could not answer: unreachable, too slow, its handler failed."""
+
+
+class PeerNoAnswer(PeerUnavailable):
+    """Sent (maybe in part) and not answered: it may have taken effect there."""
 
 
 class _ProtocolError(Exception):
@@ -361,6 +361,7 @@ class PeerClient:
         deadline = time.monotonic() + timeout
         payload = jsonio.dumps_bytes({"op": op, "args": args})
         channel, pooled = self._checkout(address, deadline)
+        sent = False
         try:
             try:
                 channel.send(payload, deadline)
@@ -371,10 +372,12 @@ class PeerClient:
                 _close(channel.sock)
                 channel = self._connect(address, deadline)
                 channel.send(payload, deadline)
+            sent = True
             answer = _parse(channel.receive(self.max_frame, deadline), _is_answer)
         except (OSError, _ProtocolError) as exc:
             _close(channel.sock)
-            raise PeerUnavailable(f"peer {address}: {exc}") from None
+            failure = PeerNoAnswer if sent else PeerUnavailable
+            raise failure(f"peer {address}: {exc}") from None
         self._checkin(address, channel)
         return self._result(address, answer)
 
