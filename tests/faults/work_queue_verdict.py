@@ -58,6 +58,30 @@ def verdict(log: WorkLog) -> Verdict:
     delivery whose receipt was acked; an ack answered ``expired`` was
     overtaken by a new lease or a release.
     """
+    return _judge(log, in_lease_order=False)
+
+
+def _wrong_attempts(ds: list[Delivery], i: int, lost_reserves: bool, in_lease_order: bool) -> bool:
+    """Whether delivery ``i`` of a message breaks the attempt counts: in
+    answer order they run 1, 2, 3... (only increasing past a lost reserve);
+    in lease order each is one more than the previous (more only past a lost
+    reserve) and answered after the previous reserve was sent."""
+    d = ds[i]
+    before = ds[i - 1] if i else None
+    previous = before.attempts if before else 0
+    if not in_lease_order:
+        return d.attempts != i + 1 and not (lost_reserves and d.attempts > previous)
+    return (
+        d.attempts < previous + 1  # two leases said the same count
+        or (d.attempts > previous + 1 and not lost_reserves)
+        or (before is not None and d.received < before.sent)
+    )
+
+
+def _judge(log: WorkLog, in_lease_order: bool) -> Verdict:
+    """:func:`verdict` and :func:`verdict_in_lease_order`: the deliveries of
+    each message in answer order, or in lease (attempt) order."""
+    word, again = ("lease", "leased again") if in_lease_order else ("delivery", "delivered again")
     v = Verdict(sent=len(log.expected), deliveries=len(log.deliveries))
     v.unavailable = dict(log.unavailable)
     lost_reserves = log.unavailable.get("reserve", 0)
@@ -78,16 +102,18 @@ def verdict(log: WorkLog) -> Verdict:
     v.lost = len(log.expected - log.acked_keys)
     for ds in per_message.values():
         key = ds[0].key
-        ds.sort(key=lambda d: (d.received, d.attempts))
+        if in_lease_order:
+            ds.sort(key=lambda d: (d.attempts, d.received))
+        else:
+            ds.sort(key=lambda d: (d.received, d.attempts))
         for i, d in enumerate(ds):
-            before = ds[i - 1].attempts if i else 0
-            if d.attempts != i + 1 and not (lost_reserves and d.attempts > before):
+            if _wrong_attempts(ds, i, bool(lost_reserves), in_lease_order):
                 v.wrong_attempts += 1
-                v.examples.append(f"{key}: delivery {i + 1} said attempts={d.attempts}")
+                v.examples.append(f"{key}: {word} {i + 1} said attempts={d.attempts}")
             done = finishes.get(d.receipt, [])
             if any(f.verb == "ack" and f.status == "acked" for f in done) and i + 1 < len(ds):
                 v.after_ack += len(ds) - i - 1
-                v.examples.append(f"{key}: delivered again after ack by {d.consumer}")
+                v.examples.append(f"{key}: {again} after ack by {d.consumer}")
             for f in done:
                 retaken = i + 1 < len(ds) and ds[i + 1].sent < f.received
                 released = any(g.verb == "release" for g in done if g.sent < f.received)
@@ -163,58 +189,7 @@ def verdict_in_lease_order(log: WorkLog) -> Verdict:
     ``after_ack``, and an ack answered ``expired`` must have been overtaken by
     a later lease or a release.
     """
-    v = Verdict(sent=len(log.expected), deliveries=len(log.deliveries))
-    v.unavailable = dict(log.unavailable)
-    lost_reserves = log.unavailable.get("reserve", 0)
-    per_message: dict[str, list[Delivery]] = defaultdict(list)
-    ids_of_key: dict[str, set[str]] = defaultdict(set)
-    for d in log.deliveries:
-        per_message[d.message_id].append(d)
-        ids_of_key[d.key].add(d.message_id)
-    finishes: dict[str, list[Finish]] = defaultdict(list)
-    for f in log.finishes:
-        finishes[f.receipt].append(f)
-        if f.verb == "ack":
-            v.ack_statuses[f.status] = v.ack_statuses.get(f.status, 0) + 1
-    v.delivered = len(set(ids_of_key) & log.expected)
-    v.duplicates = sum(len(ds) - 1 for ds in per_message.values())
-    v.stored_twice = sum(len(found) - 1 for found in ids_of_key.values())
-    v.acked = len(log.acked_keys & log.expected)
-    v.lost = len(log.expected - log.acked_keys)
-    for ds in per_message.values():
-        key = ds[0].key
-        ds.sort(key=lambda d: (d.attempts, d.received))
-        for i, d in enumerate(ds):
-            before = ds[i - 1] if i else None
-            expected = (before.attempts if before else 0) + 1
-            if (
-                d.attempts < expected  # two leases said the same count
-                or (d.attempts > expected and not lost_reserves)
-                or (before is not None and d.received < before.sent)
-            ):
-                v.wrong_attempts += 1
-                v.examples.append(f"{key}: lease {i + 1} said attempts={d.attempts}")
-            done = finishes.get(d.receipt, [])
-            if any(f.verb == "ack" and f.status == "acked" for f in done) and i + 1 < len(ds):
-                v.after_ack += len(ds) - i - 1
-                v.examples.append(f"{key}: leased again after ack by {d.consumer}")
-            for f in done:
-                retaken = i + 1 < len(ds) and ds[i + 1].sent < f.received
-                released = any(g.verb == "release" for g in done if g.sent < f.received)
-                if f.verb == "ack" and f.status == "expired" and not (retaken or released):
-                    v.false_expired += 1
-                    v.examples.append(f"{key}: ack by {d.consumer} said expired, not retaken")
-            if i + 1 < len(ds):
-                nxt = ds[i + 1]
-                released_at = [f.sent for f in done if f.verb == "release"]
-                ends = min([d.sent + d.visibility_timeout, *released_at])
-                if nxt.received < ends - CLOCK_MARGIN:
-                    v.early_redeliveries += 1
-                    v.examples.append(
-                        f"{key}: to {nxt.consumer} {ends - nxt.received:.3f}s before "
-                        f"{d.consumer}'s lease could end"
-                    )
-    return v
+    return _judge(log, in_lease_order=True)
 
 
 def beyond_late_answers(log: WorkLog) -> tuple[Verdict, list[str]]:

@@ -43,7 +43,7 @@ from queuey.storage.cassandra.peers import PeerClient, PeerNoAnswer, PeerServer,
 from queuey.storage.cassandra.session import P_META
 from queuey.storage.cassandra.settings import CassandraSettings
 from queuey.storage.cassandra.statements import Connection
-from queuey.storage.cassandra.workqueue import CassandraWorkQueue
+from queuey.storage.cassandra.workqueue import CassandraWorkQueue, receipt_groups
 
 log = logging.getLogger(__name__)
 
@@ -249,17 +249,9 @@ class OwnedWorkQueue:
     ) -> dict[str, ReceiptStatus]:
         """Answer receipts by partition: here for the partitions owned here
         (or taken now), forwarded for the others."""
-        statuses: dict[str, ReceiptStatus] = {}
-        by_partition: dict[int, list[str]] = {}
-        malformed = []
-        for r in receipts:
-            parsed = parse_receipt(r)
-            if parsed is None or not 1 <= parsed[0] <= queue.partitions:
-                malformed.append(r)
-            else:
-                by_partition.setdefault(parsed[0], []).append(r)
-        if malformed:
-            statuses.update(local(malformed))
+        groups, malformed = receipt_groups(queue, receipts)
+        statuses: dict[str, ReceiptStatus] = dict.fromkeys(malformed, "unknown")
+        by_partition = {p: [r for r, _, _ in items] for p, items in groups.items()}
 
         def settle(parts: list[int], answered: dict[str, ReceiptStatus]) -> None:
             """Keep the answers; receipts left unanswered (their partition

@@ -71,11 +71,20 @@ class Scan:
 
 
 class ScanCache:
-    """This process's kept scans (thread-safe, bounded)."""
+    """This process's kept scans (thread-safe, bounded), indexed by queue so
+    a post to a queue with none kept costs a dictionary lookup."""
 
     def __init__(self) -> None:
         self._scans: collections.OrderedDict[Key, Scan] = collections.OrderedDict()
+        self._by_queue: dict[tuple[str, str], set[Key]] = {}
         self._lock = threading.Lock()
+
+    def _forget(self, key: Key) -> None:
+        scan = self._scans.pop(key)
+        keys = self._by_queue[scan.queue]
+        keys.discard(key)
+        if not keys:
+            del self._by_queue[scan.queue]
 
     def get(self, key: Key, now: int) -> Scan | None:
         with self._lock:
@@ -83,20 +92,22 @@ class ScanCache:
             if scan is None:
                 return None
             if not 0 <= now - scan.now <= MAX_AGE:
-                del self._scans[key]
+                self._forget(key)
                 return None
             self._scans.move_to_end(key)
             return scan
 
     def put(self, key: Key, scan: Scan) -> None:
         with self._lock:
+            if key in self._scans:
+                self._forget(key)
             self._scans[key] = scan
-            self._scans.move_to_end(key)
+            self._by_queue.setdefault(scan.queue, set()).add(key)
             while len(self._scans) > ENTRIES:
-                self._scans.popitem(last=False)
+                self._forget(next(iter(self._scans)))
 
     def drop_queue(self, application: str, name: str) -> None:
         """Forget every scan of a queue (it has new messages)."""
         with self._lock:
-            for key in [k for k, s in self._scans.items() if s.queue == (application, name)]:
-                del self._scans[key]
+            for key in list(self._by_queue.get((application, name), ())):
+                self._forget(key)

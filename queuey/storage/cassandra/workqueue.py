@@ -64,14 +64,8 @@ class CassandraWorkQueue:
     ) -> dict[str, ReceiptStatus]:
         """Apply ``change(state, [(receipt, id, token)]) -> {receipt: status}`` to each
         partition's state (:func:`.rounds.change_partitions`)."""
-        statuses: dict[str, ReceiptStatus] = {}
-        groups: dict[int, list[tuple[str, uuid.UUID, str]]] = {}
-        for receipt in receipts:
-            parsed = parse_receipt(receipt)
-            if parsed is None or not 1 <= parsed[0] <= queue.partitions:
-                statuses[receipt] = "unknown"
-                continue
-            groups.setdefault(parsed[0], []).append((receipt, parsed[1], parsed[2]))
+        groups, malformed = receipt_groups(queue, receipts)
+        statuses: dict[str, ReceiptStatus] = dict.fromkeys(malformed, "unknown")
         for answers in change_partitions(self.table, c, queue, sub, groups, change).values():
             statuses.update(answers)
         # Every receipt has its answer, but on an owned table, where a
@@ -193,6 +187,22 @@ class CassandraWorkQueue:
 
     def stats(self, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
         return queue_stats(self.table, c, queue, now)
+
+
+def receipt_groups(
+    queue: QueueMeta, receipts: Sequence[str]
+) -> tuple[dict[int, list[tuple[str, uuid.UUID, str]]], list[str]]:
+    """Receipts by queue partition as ``(receipt, message id, token)``, and
+    those that name no partition of the queue (answered ``unknown``)."""
+    groups: dict[int, list[tuple[str, uuid.UUID, str]]] = {}
+    malformed: list[str] = []
+    for receipt in receipts:
+        parsed = parse_receipt(receipt)
+        if parsed is None or not 1 <= parsed[0] <= queue.partitions:
+            malformed.append(receipt)
+        else:
+            groups.setdefault(parsed[0], []).append((receipt, parsed[1], parsed[2]))
+    return groups, malformed
 
 
 def _with_error(slot: Slot, error: str) -> Slot:
