@@ -134,6 +134,9 @@ def workqueue_cassandra(results: dict, consume: float | None) -> dict:
             "reserve_ack_over_consume_ack": ratio(run.get("per_second"), consume),
             "reserve_p50_ms": run.get("reserve", {}).get("p50_ms"),
             "post_to_delivery_p50_ms": figures.get("post_to_delivery", {}).get("p50_ms"),
+            # Where the drain's CPU went (API nodes, Cassandra, load generator),
+            # per message, and the rate the box's cores would bound it to.
+            **run.get("drain_cpu", {}),
             **{f"{kind}_per_delivered_message": cql.get(kind) for kind in ("read", "write", "lwt")},
             **{
                 f"single_post_{kind}_per_delivered_message": single.get(kind)

@@ -124,6 +124,51 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def store_processes(backend: str) -> list[psutil.Process]:
+    """The processes of the store the API nodes use: the harness's Cassandra
+    JVMs (none for SQLite, whose work runs inside the API processes)."""
+    if backend != "cassandra":
+        return []
+    from harness import cassandra, process
+
+    found = []
+    for node in cassandra.cluster_spec(1).nodes:
+        pid = process.running_pid(node.pidfile)
+        if pid is not None:
+            found.append(psutil.Process(pid))
+    return found
+
+
+class CpuMeter:
+    """CPU seconds used by the API nodes, the store and the load generator
+    (this process) between two readings: where a delivered message's work goes."""
+
+    def __init__(self, servers: list[Server], store: list[psutil.Process]) -> None:
+        self.parts = {
+            "api": lambda: sum(server.cpu() for server in servers),
+            "store": lambda: sum(tree_cpu(proc) for proc in store),
+            # This process alone: the API nodes are its children.
+            "load": lambda: sum(psutil.Process().cpu_times()[:2]),
+        }
+
+    def read(self) -> dict[str, float]:
+        return {name: part() for name, part in self.parts.items()}
+
+    @staticmethod
+    def per_message(before: dict[str, float], after: dict[str, float], count: int) -> dict:
+        """Milliseconds of CPU per message by part, their sum, and the rate
+        the machine's cores would sustain if that CPU were all that bound it."""
+        if not count:
+            return {}
+        ms = {name: round((after[name] - before[name]) * 1000 / count, 3) for name in after}
+        total = sum(ms.values())
+        cores = psutil.cpu_count() or 1
+        return {
+            "cpu_ms_per_message": ms | {"total": round(total, 3)},
+            "cpu_bound_msgs_per_s": round(cores * 1000 / total, 1) if total else None,
+        }
+
+
 class Server:
     """A Queuey server process of its own (``pserve`` on a generated ini).
 

@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.api import BODY_200  # noqa: E402
 from bench.scrape import request_counts  # noqa: E402
-from bench.servers import Server, storage_settings  # noqa: E402
+from bench.servers import CpuMeter, Server, storage_settings, store_processes  # noqa: E402
 from bench.workqueue_load import (  # noqa: E402
     FILL_BATCH,
     PARTITIONS,
@@ -106,6 +106,7 @@ def bench_reserve_ack(
     batch: int,
     args: argparse.Namespace,
     settle: float,
+    meter: CpuMeter,
     per_post: int = FILL_BATCH,
 ) -> dict:
     queue = create_queue(ports[0])
@@ -116,6 +117,7 @@ def bench_reserve_ack(
     time.sleep(settle)  # let the newest writes pass the configured read delay
     log(f"batch {batch}: draining with {args.consumers} consumers")
     state = DrainState(target=messages)
+    cpu_before = meter.read()
     started = time.perf_counter()
     deadline = started + args.timeout
     threads = [
@@ -129,6 +131,7 @@ def bench_reserve_ack(
     for thread in threads:
         thread.join()
     finished = state.finished_at or time.perf_counter()
+    cpu_after = meter.read()
     counted.append(cql_counts(ports))
     elapsed = finished - started
     figures = {
@@ -150,6 +153,7 @@ def bench_reserve_ack(
         "fill_per_second": round(fill_rate, 1),
         "reserve": percentiles(state.reserve_latency),
         "ack": percentiles(state.ack_latency),
+        "drain_cpu": CpuMeter.per_message(cpu_before, cpu_after, state.acked),
     }
     if counted[0]:
         time.sleep(IDLE_AFTER)
@@ -194,6 +198,7 @@ def bench_backend(
                 )
             )
         ports = [server.port for server in servers]
+        meter = CpuMeter(servers, store_processes(backend))
         results: dict = {
             "design": design,
             "api_nodes": len(servers),
@@ -202,11 +207,11 @@ def bench_backend(
         }
         for batch in args.batches:
             results[f"reserve_ack_batch_{batch}"] = bench_reserve_ack(
-                ports, args.messages, batch, args, settle
+                ports, args.messages, batch, args, settle, meter
             )
         if backend == "cassandra" and args.single_posts:
             results["single_post_reserve_ack"] = bench_reserve_ack(
-                ports, args.single_posts, max(args.batches), args, settle, per_post=1
+                ports, args.single_posts, max(args.batches), args, settle, meter, per_post=1
             )
         log(f"{label}: post to delivery, {args.latency_messages} messages")
         results["post_to_delivery"] = bench_latency(

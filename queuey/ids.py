@@ -9,6 +9,7 @@ Every conversion between microseconds and seconds or datetimes lives here.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -173,8 +174,11 @@ def micros_to_datetime(micros: int) -> datetime:
     return _UNIX_EPOCH + timedelta(microseconds=micros)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def order_key(message_id: uuid.UUID) -> tuple[int, bytes]:
-    """Sort key equal to Cassandra's timeuuid order: time, then signed bytes."""
+    """Sort key equal to Cassandra's timeuuid order: time, then signed bytes
+    (remembered for the most recent ids: a work queue compares the same
+    in-flight ids at every call)."""
     return (message_id.time, tiebreak_bytes(message_id))
 
 

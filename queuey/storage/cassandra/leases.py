@@ -112,13 +112,32 @@ class LeaseState:
         and slots whose message is finished and behind its position (a slot
         ahead of the position is what stops a finished message from being
         handed out again)."""
+        keys = {q: ids.order_key(pos) for q, pos in self.positions.items()}
         reusable = [
             s.number
             for s in self.slots.values()
-            if s.state == GONE or (s.state in FINISHED and self.behind(s.priority, s.message_id))
+            if s.state == GONE
+            or (
+                s.state in FINISHED
+                and s.priority in keys
+                and ids.order_key(s.message_id) <= keys[s.priority]
+            )
         ]
         unused = set(range(SLOTS)).difference(self.slots)
         return sorted([*reusable, *unused])[:SLOTS]
+
+    def ahead(self, priority: int) -> int:
+        """How many slots a scan after the position of ``priority`` passes
+        over: their messages are after it (priority 0 scans every priority's
+        messages, the others their own)."""
+        pos = self.positions.get(priority)
+        key = ids.order_key(pos) if pos is not None else None
+        return sum(
+            1
+            for s in self.slots.values()
+            if (priority == 0 or s.priority == priority)
+            and (key is None or ids.order_key(s.message_id) > key)
+        )
 
     # -- transitions ------------------------------------------------------------
     def lease(self, slot: Slot, now: int, visibility_timeout: int) -> Slot:

@@ -27,7 +27,7 @@ from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseStat
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.rounds import run_rounds
-from queuey.storage.cassandra.scancache import READ_AHEAD, Scan, ScanCache
+from queuey.storage.cassandra.scancache import READ_AHEAD, Priorities, Scan, ScanCache
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
 
@@ -65,9 +65,11 @@ class ReserveCall:
         self.c = c
         self.queue = queue
         self.sub = sub
-        self._priorities: dict[int, ResponseFuture] = {}
+        #: Per partition, the priorities it used (kept) or their read.
+        self._priorities: dict[int, ResponseFuture | frozenset[int]] = {}
         #: Scans kept by this process (an owner's), or None (read every time).
         self.kept: ScanCache | None = table.scans
+        self.now = 0  # the call's clock (microseconds), set by run
 
     def run(self, ask: ReserveAsk) -> Reserved:
         queue, limit, now_micros = self.queue, ask.limit, ask.now_micros
@@ -75,6 +77,7 @@ class ReserveCall:
         if len(parts) > FANOUT:
             parts = random.sample(parts, FANOUT)
         settled = min(ask.settled_micros, now_micros)
+        self.now = now_micros
         deliveries: list[tuple[tuple, Delivery]] = []
         dead: list[DeadLetter] = []
 
@@ -113,17 +116,32 @@ class ReserveCall:
 
     def _read_priorities(self, parts: Sequence[int]) -> None:
         """Start reading which priorities each partition used (while the
-        lease partitions are read)."""
+        lease partitions are read), unless this process keeps them."""
         c, queue = self.c, self.queue
-        self._priorities = {
-            p: c.session.execute_async(
+        for p in parts:
+            if self.kept is not None:
+                known = self.kept.get((queue.incarnation, p), self.now)
+                if isinstance(known, Priorities):
+                    self._priorities[p] = known.used
+                    continue
+            self._priorities[p] = c.session.execute_async(
                 c.st.queue_priorities,
                 (queue.incarnation, p),
                 execution_profile=consistency_profile(queue),
                 timeout=self.table.timeout,
             )
-            for p in parts
-        }
+
+    def _used(self, p: int) -> frozenset[int]:
+        """The priorities partition ``p`` used (kept by an owner once read)."""
+        found = self._priorities[p]
+        if isinstance(found, frozenset):
+            return found
+        used = frozenset(row[0] for row in found.result())
+        self._priorities[p] = used
+        if self.kept is not None:
+            queue = (self.queue.application, self.queue.name)
+            self.kept.put((self.queue.incarnation, p), Priorities(queue, used, self.now))
+        return used
 
     def _views(
         self, states: dict[int, LeaseState], need: int, now: int, settled: int
@@ -133,12 +151,11 @@ class ReserveCall:
         views: dict[int, View] = {}
         readers: list[tuple[View, int, PartitionReader | Scan | None]] = []
         for p, state in states.items():
-            future = self._priorities[p]
             if queue.fifo and _in_flight(state, now):
                 # A FIFO partition hands out nothing while any of it is in
                 # flight; the conditional write still checks this state.
                 views[p] = View(state, capacity=0)
-                future.result()
+                self._used(p)
                 continue
             view = views[p] = View(state, capacity=len(state.free_slots()))
             for s in state.slots.values():
@@ -149,7 +166,7 @@ class ReserveCall:
                 elif s.available(now):
                     view.again.append(s)
             del view.claims[CLAIMS:]
-            priorities = [0] + sorted({row[0] for row in future.result()} - {0})
+            priorities = [0] + sorted(self._used(p) - {0})
             for q in priorities:
                 kept = self._kept(state, q, now, need)
                 source = kept if kept is not None else self._reader(p, q, state, now, need)
@@ -164,10 +181,8 @@ class ReserveCall:
                 view.scans[q] = ([], True)
                 continue
             if isinstance(source, Scan):
-                found: list[Message] = [
-                    m for m in source.after(view.state.positions.get(q)) if m.expires > now
-                ]
-                complete = source.exhausted
+                found: list[Message] = source.after(view.state.positions.get(q), now)
+                complete = source.exhausted and now <= source.now
                 view.bounds[q] = min(settled, source.settled)
             else:
                 found, complete = self._read(source, view.state, q, need, now, settled)
@@ -192,15 +207,15 @@ class ReserveCall:
         if self.kept is None:
             return None
         scan = self.kept.get((self.queue.incarnation, self.sub, state.partition, q), now)
-        if scan is None:
+        if not isinstance(scan, Scan):
             return None
-        if scan.exhausted:
-            # It saw everything up to its own instant only: since then a
-            # delayed message may have fallen due anywhere in its range.
-            return scan if now <= scan.now else None
+        if scan.exhausted and now <= scan.now:
+            return scan
+        # Later, it is a prefix only (it saw everything up to its own instant:
+        # since then a delayed message may have fallen due after it).
         fresh = 0
-        for m in scan.after(state.positions.get(q)):
-            if (q > 0 or m.priority == 0) and m.id not in state.by_message and m.expires > now:
+        for m in scan.after(state.positions.get(q), now):
+            if (q > 0 or m.priority == 0) and m.id not in state.by_message:
                 fresh += 1
                 if fresh >= need:
                     return scan
@@ -214,7 +229,7 @@ class ReserveCall:
         reached the end."""
         cap = SCAN_ROWS
         if self.kept is not None:
-            cap = min(SCAN_ROWS, max(need, READ_AHEAD) + len(state.slots))
+            cap = min(SCAN_ROWS, max(need, READ_AHEAD) + state.ahead(q))
         found: list[Message] = []
         complete = True
         fresh = 0
@@ -243,7 +258,7 @@ class ReserveCall:
         query = ReadQuery(
             partitions=[partition],
             now_micros=now,
-            limit=min(SCAN_ROWS, ahead + len(state.slots)),
+            limit=min(SCAN_ROWS, ahead + state.ahead(priority)),
             order="ascending",
             after_id=state.positions.get(priority),
         )

@@ -7,10 +7,11 @@ to hand out 100. The owner of a partition (:mod:`queuey.storage.cassandra.owned`
 only one handing it out, so it keeps what it read (:class:`Scan`) and later
 reserves take from it without reading again, until it runs short, grows old,
 or the queue gets new messages through this process or an announcement from
-another (:meth:`ScanCache.drop_queue`). A scan that reached the end serves
-only calls at its own instant: a delayed message may fall due in its range
-any time after. A message falling due inside a kept prefix is handed out when
-the prefix is read again (the position cannot pass it, see below).
+another (:meth:`ScanCache.drop_queue`). A scan that reached the end says
+"nothing more" only to calls at its own instant: a delayed message may fall
+due after it any time later, so later calls take it as a prefix (read again
+once it runs short). A message falling due inside a kept prefix is handed out
+when the prefix is read again (the position cannot pass it, see below).
 
 A scan made at an earlier call knows only what had landed by then, so a
 position may pass only what that scan's own settled instant covered: the
@@ -18,6 +19,11 @@ reserve moves positions with ``min(settled now, scan.settled)`` (the settled
 rule of :func:`queuey.storage.cassandra.leases.advance`), and a message that
 landed late with an older id is found by a later read. A kept message that
 expired meanwhile is skipped.
+
+The priorities a queue partition has used (:class:`Priorities`) are kept the
+same way and dropped with its scans: without them every reserve would read
+them again for each partition. A priority first used through another process
+is seen at its announcement, at worst when the kept set grows old.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ MAX_AGE = 2_000_000
 #: Scans kept per process (least recently used dropped first).
 ENTRIES = 512
 
-Key = tuple[str, str, int, int]  # incarnation, subscription, partition, priority
+#: A scan's: incarnation, subscription, partition, priority; a partition's
+#: priorities: incarnation, partition.
+Key = tuple[str, str, int, int] | tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -64,10 +72,27 @@ class Scan:
         keys = tuple(ids.order_key(m.id) for m in messages)
         return cls(queue, tuple(messages), exhausted, now, settled, keys)
 
-    def after(self, position: uuid.UUID | None) -> list[Message]:
-        if position is None:
-            return list(self.messages)
-        return list(self.messages[bisect.bisect_right(self.keys, ids.order_key(position)) :])
+    def after(self, position: uuid.UUID | None, now: int) -> list[Message]:
+        """The kept messages after ``position`` that a call at ``now`` may
+        hand out: not expired, and due (a concurrent call that started
+        later may have read the scan at a later instant)."""
+        start = 0 if position is None else bisect.bisect_right(self.keys, ids.order_key(position))
+        found = [m for m in self.messages[start:] if m.expires > now]
+        if now < self.now:
+            found = [m for m in found if ids.micros_of(m.id) <= now]
+        return found
+
+
+@dataclass(frozen=True)
+class Priorities:
+    """The priorities a queue partition has used, as of one call."""
+
+    queue: tuple[str, str]  # application, name
+    used: frozenset[int]
+    now: int  # the call's clock when read (microseconds)
+
+
+Entry = Scan | Priorities
 
 
 class ScanCache:
@@ -75,7 +100,7 @@ class ScanCache:
     a post to a queue with none kept costs a dictionary lookup."""
 
     def __init__(self) -> None:
-        self._scans: collections.OrderedDict[Key, Scan] = collections.OrderedDict()
+        self._scans: collections.OrderedDict[Key, Entry] = collections.OrderedDict()
         self._by_queue: dict[tuple[str, str], set[Key]] = {}
         self._lock = threading.Lock()
 
@@ -86,18 +111,18 @@ class ScanCache:
         if not keys:
             del self._by_queue[scan.queue]
 
-    def get(self, key: Key, now: int) -> Scan | None:
+    def get(self, key: Key, now: int) -> Entry | None:
         with self._lock:
             scan = self._scans.get(key)
             if scan is None:
                 return None
-            if not 0 <= now - scan.now <= MAX_AGE:
+            if now - scan.now > MAX_AGE:
                 self._forget(key)
                 return None
             self._scans.move_to_end(key)
             return scan
 
-    def put(self, key: Key, scan: Scan) -> None:
+    def put(self, key: Key, scan: Entry) -> None:
         with self._lock:
             if key in self._scans:
                 self._forget(key)
