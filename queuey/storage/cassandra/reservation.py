@@ -52,7 +52,15 @@ class View:
     scans: dict[int, tuple[list[tuple[uuid.UUID, bool]], bool]] = field(default_factory=dict)
     again: list[Slot] = field(default_factory=list)
     claims: list[Slot] = field(default_factory=list)
-    capacity: int = 0  # free slots: how many new messages it can hand out
+    #: Free slot numbers, lowest first, as the round began (a slot found
+    #: gone meanwhile frees one more, left for the next call).
+    free: list[int] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> int:
+        """How many new messages it can hand out."""
+        return len(self.free)
+
     #: Per priority, the settled instant its scan covers (a kept scan's own).
     bounds: dict[int, int] = field(default_factory=dict)
 
@@ -154,10 +162,10 @@ class ReserveCall:
             if queue.fifo and _in_flight(state, now):
                 # A FIFO partition hands out nothing while any of it is in
                 # flight; the conditional write still checks this state.
-                views[p] = View(state, capacity=0)
+                views[p] = View(state)
                 self._used(p)
                 continue
-            view = views[p] = View(state, capacity=len(state.free_slots()))
+            view = views[p] = View(state, free=state.free_slots())
             for s in state.slots.values():
                 if s.available(now) and queue.max_attempts and s.attempts >= queue.max_attempts:
                     view.claims.append(s)
@@ -313,7 +321,7 @@ class ReserveCall:
             )
         # Slots first (the choice left enough free), then the positions may
         # pass the messages just handed out.
-        for number, msg in zip(state.free_slots(), fresh, strict=False):
+        for number, msg in zip(view.free, fresh, strict=False):
             slot = Slot(number, msg.id, msg.priority, "", "", 0, 0)
             new = state.lease(slot, now, visibility_timeout)
             receipt = make_receipt(p, msg.id, new.token)
