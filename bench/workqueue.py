@@ -28,6 +28,11 @@ takes, and the ``default`` subscription:
   (to each node in turn) and waits for its delivery before the next: p50/p99
   from just before the POST is sent to the moment a consumer holds the message.
 
+Where a drain's CPU went (``drain_cpu``): the CPU seconds of the API nodes
+(every process), Cassandra's JVM and this load generator between the first
+reserve and the last ack, per message, and the rate the machine's cores
+would allow if that CPU were all that bound it (``cpu_bound_msgs_per_s``).
+
 What each delivered message costs Cassandra: both nodes' ``/metrics``
 (``queuey_cassandra_requests_total``, every process of a node: its workers and
 its refresher) are scraped before the fill, after it and after the drain.

@@ -218,9 +218,7 @@ def test_a_post_through_one_process_wakes_long_polls_on_the_others(store, other,
         time.sleep(0.05)
 
 
-def test_a_priority_first_used_through_another_process_is_reserved_first(
-    store, other, four, clock
-):
+def test_a_priority_first_used_through_another_process_is_reserved_first(store, other, four, clock):
     post(store, four, 200)
     assert reserve(store, four, clock).deliveries  # owned here, priorities kept
     urgent = other.put_messages(four, [NewMessage('{"urgent": 1}', 2, 600, priority=7)])[0]
