@@ -124,14 +124,13 @@ class LeaseState:
             self.positions[priority] = position
             self.head_changed = True
 
-    def free_slots(self) -> list[int]:
-        """Slot numbers a new delivery may take, lowest first: unused numbers
-        and slots whose message is finished and behind its position (a slot
-        ahead of the position is what stops a finished message from being
-        handed out again)."""
+    def reusable(self) -> list[int]:
+        """Numbers of the slots a new delivery may reuse: gone, or finished
+        and behind its position (a slot ahead of the position is what stops a
+        finished message from being handed out again)."""
         keys = {q: ids.order_key(pos) for q, pos in self.positions.items()}
         key_of, finished = ids.order_key, FINISHED
-        reusable = [
+        return [
             s.number
             for s in self.slots.values()
             if s.state == GONE
@@ -141,10 +140,15 @@ class LeaseState:
                 and key_of(s.message_id) <= k
             )
         ]
+
+    def free_slots(self) -> list[int]:
+        """Slot numbers a new delivery may take, lowest first: unused numbers
+        and :meth:`reusable` slots."""
+        free = self.reusable()
         slots = self.slots
         if len(slots) < SLOTS:
-            reusable.extend(n for n in range(SLOTS) if n not in slots)
-        return sorted(reusable)
+            free.extend(n for n in range(SLOTS) if n not in slots)
+        return sorted(free)
 
     def ahead(self, priority: int) -> int:
         """How many slots a scan after the position of ``priority`` passes

@@ -32,7 +32,6 @@ from queuey.model import (
     QueueStats,
     ReceiptStatus,
     Reserved,
-    parse_receipt,
 )
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import wire
@@ -314,15 +313,15 @@ class OwnedWorkQueue:
             return {"count": self.local.reopen(c, queue, sub, refs, int(args["now"]))}
         if op == "ack":
             receipts = [str(r) for r in args["receipts"]]
-            self._owns_all(queue, sub, _partitions(receipts))
+            self._owns_receipts(queue, sub, receipts)
             return self.local.ack(c, queue, sub, receipts, int(args["now"]))
         if op == "extend":
             ask = wire.decode_extend_ask(args["ask"])
-            self._owns_all(queue, sub, _partitions(ask.receipts))
+            self._owns_receipts(queue, sub, ask.receipts)
             return self.local.extend(c, queue, sub, ask)
         if op == "release":
             ask = wire.decode_release_ask(args["ask"])
-            self._owns_all(queue, sub, _partitions(ask.receipts))
+            self._owns_receipts(queue, sub, ask.receipts)
             statuses, dead = self.local.release(c, queue, sub, ask)
             return {"statuses": statuses, "dead": wire.encode_dead_letters(dead)}
         raise ValueError(f"unknown peer call {op!r}")
@@ -333,14 +332,13 @@ class OwnedWorkQueue:
         answer = self._client.call(address, "handoff", args, TIMEOUT)
         return bool(answer["released"])
 
+    def _owns_receipts(self, queue: QueueMeta, sub: str, receipts: Sequence[str]) -> None:
+        self._owns_all(queue, sub, set(receipt_groups(queue, receipts)[0]))
+
     def _owns_all(self, queue: QueueMeta, sub: str, partitions: set[int]) -> None:
         mine, elsewhere = self.ownership.route(queue.incarnation, sub, sorted(partitions))
         if elsewhere:
             raise NotOwner("cassandra: not the owner of the partition")
-
-
-def _partitions(receipts: Sequence[str]) -> set[int]:
-    return {parsed[0] for r in receipts if (parsed := parse_receipt(r)) is not None}
 
 
 def peer_secret(c: Connection, config: CassandraSettings) -> str:

@@ -157,7 +157,7 @@ class ReserveCall:
         """Each partition's state, available-again slots and new messages."""
         queue = self.queue
         views: dict[int, View] = {}
-        readers: list[tuple[View, int, PartitionReader | Scan | None]] = []
+        readers: list[tuple[View, int, PartitionReader | Scan | None, int]] = []
         for p, state in states.items():
             if queue.fifo and _in_flight(state, now):
                 # A FIFO partition hands out nothing while any of it is in
@@ -177,14 +177,17 @@ class ReserveCall:
             priorities = [0] + sorted(self._used(p) - {0})
             for q in priorities:
                 kept = self._kept(state, q, now, need)
-                source = kept if kept is not None else self._reader(p, q, state, now, need)
-                readers.append((view, q, source))
-        started = [r for _, _, r in readers if isinstance(r, PartitionReader)]
+                if kept is not None:
+                    readers.append((view, q, kept, 0))
+                    continue
+                rows = self._rows(state, q, need)
+                readers.append((view, q, self._reader(p, q, state, now, rows), rows))
+        started = [r for _, _, r, _ in readers if isinstance(r, PartitionReader)]
         for reader in started:
             reader.start()
         for reader in started:
             reader.prime()
-        for view, q, source in readers:
+        for view, q, source, budget in readers:
             if source is None:
                 view.scans[q] = ([], True)
                 continue
@@ -193,7 +196,7 @@ class ReserveCall:
                 complete = source.exhausted and now <= source.now
                 view.bounds[q] = min(settled, source.settled)
             else:
-                found, complete = self._read(source, view.state, q, need, now, settled)
+                found, complete = self._read(source, view.state, q, need, budget, now, settled)
             rows: list[tuple[uuid.UUID, bool]] = []
             exhausted = complete
             fresh = 0
@@ -229,15 +232,25 @@ class ReserveCall:
                     return scan
         return None
 
+    def _rows(self, state: LeaseState, q: int, need: int) -> int:
+        """Rows one read after the position of ``q`` asks for: what the call
+        needs (an owner: the read-ahead) plus the slots it passes over."""
+        ahead = need if self.kept is None else max(need, READ_AHEAD)
+        return min(SCAN_ROWS, ahead + state.ahead(q))
+
     def _read(
-        self, reader: PartitionReader, state: LeaseState, q: int, need: int, now: int, settled: int
+        self,
+        reader: PartitionReader,
+        state: LeaseState,
+        q: int,
+        need: int,
+        rows: int,
+        now: int,
+        settled: int,
     ) -> tuple[list[Message], bool]:
-        """The messages a read after the position found (all of them up to
-        the read-ahead when scans are kept, and then kept), and whether it
-        reached the end."""
-        cap = SCAN_ROWS
-        if self.kept is not None:
-            cap = min(SCAN_ROWS, max(need, READ_AHEAD) + state.ahead(q))
+        """The messages a read of ``rows`` after the position found (all of
+        them when scans are kept, and then kept), and whether it reached the end."""
+        cap = SCAN_ROWS if self.kept is None else rows
         found: list[Message] = []
         complete = True
         fresh = 0
@@ -260,13 +273,12 @@ class ReserveCall:
         priority: int,
         state: LeaseState,
         now: int,
-        need: int,
+        rows: int,
     ) -> PartitionReader | None:
-        ahead = need if self.kept is None else max(need, READ_AHEAD)
         query = ReadQuery(
             partitions=[partition],
             now_micros=now,
-            limit=min(SCAN_ROWS, ahead + state.ahead(priority)),
+            limit=rows,
             order="ascending",
             after_id=state.positions.get(priority),
         )

@@ -41,7 +41,7 @@ from queuey.model import Message
 READ_AHEAD = 500
 #: Microseconds (of the callers' clock) a kept scan serves reserves.
 MAX_AGE = 2_000_000
-#: Scans kept per process (least recently used dropped first).
+#: Entries (scans, priorities) kept per process (least recently used dropped first).
 ENTRIES = 512
 
 #: A scan's: incarnation, subscription, partition, priority; a partition's
@@ -100,39 +100,39 @@ class ScanCache:
     a post to a queue with none kept costs a dictionary lookup."""
 
     def __init__(self) -> None:
-        self._scans: collections.OrderedDict[Key, Entry] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Key, Entry] = collections.OrderedDict()
         self._by_queue: dict[tuple[str, str], set[Key]] = {}
         self._lock = threading.Lock()
 
     def _forget(self, key: Key) -> None:
-        scan = self._scans.pop(key)
-        keys = self._by_queue[scan.queue]
+        entry = self._entries.pop(key)
+        keys = self._by_queue[entry.queue]
         keys.discard(key)
         if not keys:
-            del self._by_queue[scan.queue]
+            del self._by_queue[entry.queue]
 
     def get(self, key: Key, now: int) -> Entry | None:
         with self._lock:
-            scan = self._scans.get(key)
-            if scan is None:
+            entry = self._entries.get(key)
+            if entry is None:
                 return None
-            if now - scan.now > MAX_AGE:
+            if now - entry.now > MAX_AGE:
                 self._forget(key)
                 return None
-            self._scans.move_to_end(key)
-            return scan
+            self._entries.move_to_end(key)
+            return entry
 
-    def put(self, key: Key, scan: Entry) -> None:
+    def put(self, key: Key, entry: Entry) -> None:
         with self._lock:
-            if key in self._scans:
+            if key in self._entries:
                 self._forget(key)
-            self._scans[key] = scan
-            self._by_queue.setdefault(scan.queue, set()).add(key)
-            while len(self._scans) > ENTRIES:
-                self._forget(next(iter(self._scans)))
+            self._entries[key] = entry
+            self._by_queue.setdefault(entry.queue, set()).add(key)
+            while len(self._entries) > ENTRIES:
+                self._forget(next(iter(self._entries)))
 
     def drop_queue(self, application: str, name: str) -> None:
-        """Forget every scan of a queue (it has new messages)."""
+        """Forget everything kept of a queue (it has new messages)."""
         with self._lock:
             for key in list(self._by_queue.get((application, name), ())):
                 self._forget(key)

@@ -34,7 +34,7 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
 
-from queuey.storage.cassandra.leases import FINISHED, GONE, LeaseState, Slot
+from queuey.storage.cassandra.leases import LeaseState, Slot
 from queuey.storage.cassandra.session import P_WORK
 
 #: Delta rows per lease partition (the ring).
@@ -100,11 +100,8 @@ def encode_snapshot(state: LeaseState, epoch: int, seq: int) -> bytes:
     is never looked at again)."""
     body = _head(state)
     body["e"], body["q"] = epoch, seq
-    body["s"] = [
-        encode_slot(s)
-        for s in state.slots.values()
-        if not (s.state == GONE or (s.state in FINISHED and state.behind(s.priority, s.message_id)))
-    ]
+    reusable = set(state.reusable())
+    body["s"] = [encode_slot(s) for s in state.slots.values() if s.number not in reusable]
     return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 1)
 
 
