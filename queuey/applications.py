@@ -90,6 +90,14 @@ class Application:
         return address_in(address, self.allow)
 
 
+def by_account_id(applications: Mapping[str, Application], account: str) -> Application | None:
+    """The application whose SQS account id is ``account``; None when there is
+    none, or several (an account id configured twice names no one). A look
+    through every application: asked only for calls on another account's queue."""
+    found = [app for app in applications.values() if app.account_id == account]
+    return found[0] if len(found) == 1 else None
+
+
 def parse_key_spec(spec: str) -> bytes:
     """``sha256:<hex>`` or ``plain:<key>`` (a bare value counts as plain)."""
     kind, sep, value = spec.partition(":")

@@ -20,12 +20,13 @@ from queuey.sqs.caller import SCAN, SUBSCRIPTION, Caller
 from queuey.sqs.errors import SQSError
 from queuey.sqs.message_actions import MessageActions
 from queuey.sqs.movetasks import MoveTasks
+from queuey.sqs.permission_actions import PermissionActions
 from queuey.sqs.queue_actions import QueueActions
 
 __all__ = ["ACTIONS", "SCAN", "SUBSCRIPTION", "Caller", "SQSService"]
 
 
-class SQSService(QueueActions, AttributeActions, MessageActions):
+class SQSService(QueueActions, AttributeActions, MessageActions, PermissionActions):
     """Runs one action for one caller. Shared by every request of a process."""
 
     def __init__(self, services: Services) -> None:
