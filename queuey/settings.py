@@ -31,7 +31,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.default_ttl": "259200",
     "queuey.max_ttl": "2592000",
     "queuey.max_partitions": "200",
-    "queuey.max_message_size": "262144",
+    "queuey.max_message_size": "1048576",
     "queuey.max_batch_messages": "1000",
     "queuey.max_batch_size": "4194304",
     "queuey.max_form_size": "65536",
@@ -49,6 +49,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.limits.max_queues": "1000",
     "queuey.limits.throttle_hold": "1",
     "queuey.sqs.region": "us-east-1",
+    "queuey.sqs.regions": "*",
     "queuey.sqs.partitions": "4",
     "queuey.sqs.fifo_partitions": "16",
     "queuey.stats.interval": "10",
@@ -140,8 +141,11 @@ class Settings:
     #: one of its application's waiting slots, so a client looping on refusals
     #: mostly waits instead of burning the server's CPU); 0: answered at once.
     limits_throttle_hold: float
-    #: The region in SQS ARNs and the one requests must be signed for.
+    #: The home region: its SQS queues are the native queues of the same name.
     sqs_region: str
+    #: The other regions SQS requests may be signed for, each its own namespace
+    #: of queues; None: any region name.
+    sqs_regions: frozenset[str] | None
     #: Partitions of a standard / FIFO queue created through the SQS endpoint.
     sqs_partitions: int
     sqs_fifo_partitions: int
@@ -212,6 +216,17 @@ def _max_waiting_polls(raw: Mapping[str, Any]) -> int:
     return _limit(raw, "max_waiting_polls")
 
 
+def _regions(value: str) -> frozenset[str] | None:
+    """``*`` (any region) or region names, separated by spaces or commas."""
+    names = value.replace(",", " ").split()
+    if names == ["*"]:
+        return None
+    for name in names:
+        if not REGION.match(name):
+            raise ValueError(f"{name!r} is not a region name")
+    return frozenset(names)
+
+
 def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
     value = _get(raw, "queuey.default_ttl", int)
     if not 1 <= value <= max_ttl:
@@ -257,6 +272,7 @@ def load_settings(
             raw, "queuey.limits.throttle_hold", float, lambda v: 0 <= v <= 20
         ),
         sqs_region=_get(raw, "queuey.sqs.region", str, REGION.match),
+        sqs_regions=_get(raw, "queuey.sqs.regions", _regions),
         sqs_partitions=_get(raw, "queuey.sqs.partitions", int, lambda v: 1 <= v <= max_partitions),
         sqs_fifo_partitions=_get(
             raw, "queuey.sqs.fifo_partitions", int, lambda v: 1 <= v <= max_partitions

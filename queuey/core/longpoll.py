@@ -86,13 +86,16 @@ class LongPolls:
         attempt: Callable[[], T],
         found: Callable[[T], bool],
         wait: float,
+        waiter: str | None = None,
     ) -> T:
         """``attempt()`` until ``found`` holds for its result or ``wait`` seconds pass.
 
         Answers the last result. Without a free waiting slot, or with no
-        ``wait``, ``attempt`` runs once.
+        ``wait``, ``attempt`` runs once. The slot is the ``waiter``'s (the
+        application that asks, when it is not the queue's, ``application``).
         """
-        signal = self._enter((application, queue)) if wait > 0 else None
+        waiter = waiter or application
+        signal = self._enter((application, queue), waiter) if wait > 0 else None
         if signal is None:
             if wait > 0:
                 self.on_refused()
@@ -111,7 +114,7 @@ class LongPolls:
                     if signal.generation == seen:
                         signal.condition.wait(pause)
         finally:
-            self._leave((application, queue), signal)
+            self._leave((application, queue), signal, waiter)
 
     def hold(self, application: str, seconds: float) -> bool:
         """Park a refused call of ``application`` for ``seconds`` on one of its
@@ -121,17 +124,16 @@ class LongPolls:
         if seconds <= 0:
             return False
         key = (application, "\0held")  # no queue has this name
-        signal = self._enter(key)
+        signal = self._enter(key, application)
         if signal is None:
             return False
         try:
             time.sleep(seconds)
             return True
         finally:
-            self._leave(key, signal)
+            self._leave(key, signal, application)
 
-    def _enter(self, key: tuple[str, str]) -> _Signal | None:
-        application = key[0]
+    def _enter(self, key: tuple[str, str], application: str) -> _Signal | None:
         own_cap = self.per_application(application)
         with self._lock:
             if self._waiting >= self.max_waiting:
@@ -148,13 +150,13 @@ class LongPolls:
             signal.users += 1
             return signal
 
-    def _leave(self, key: tuple[str, str], signal: _Signal) -> None:
+    def _leave(self, key: tuple[str, str], signal: _Signal, application: str) -> None:
         with self._lock:
-            held = self._waiting_by_app[key[0]] - 1
+            held = self._waiting_by_app[application] - 1
             if held:
-                self._waiting_by_app[key[0]] = held
+                self._waiting_by_app[application] = held
             else:
-                del self._waiting_by_app[key[0]]
+                del self._waiting_by_app[application]
             self._waiting -= 1
             self.on_waiting(self._waiting)
             signal.users -= 1

@@ -7,40 +7,38 @@ which keeps this node's metadata cache right.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from queuey.core.queues import Queues
 from queuey.errors import QueueNotFound
 from queuey.model import QueueMeta
+from queuey.sqs import attributes as qa
 from queuey.sqs import queues as qs
 from queuey.sqs.caller import SUBSCRIPTION, Actions, Caller
-from queuey.sqs.errors import SQSError, invalid, missing
+from queuey.sqs.errors import invalid, missing
 
 
 def check_dead_letter_target(
-    queues: Queues, caller: Caller, source: str, fifo: bool, target: str
+    queues: Queues, caller: Caller, source: str, fifo: bool, target: str, given: Mapping
 ) -> None:
     """A ``RedrivePolicy``'s target exists, is of the source's type, is not the
-    source, and its ``RedriveAllowPolicy`` allows the source."""
+    source, and its ``RedriveAllowPolicy`` allows the source (``given``: the
+    attributes as sent, whose policy text SQS quotes)."""
+    text = str(given.get("RedrivePolicy", ""))
     try:
         dead = queues.fresh(caller.application.name, target)
     except QueueNotFound:
-        raise SQSError(
-            "InvalidParameterValue",
-            "Value for parameter RedrivePolicy is invalid. Reason: Dead letter target "
-            "does not exist.",
-        ) from None
+        raise qa.invalid_redrive_policy(text, "Dead letter target does not exist.") from None
     if dead.fifo != fifo:
-        raise SQSError(
-            "InvalidParameterValue",
-            "Value for parameter RedrivePolicy is invalid. Reason: a dead-letter queue must "
-            "be of the same type (standard or FIFO) as its source queue.",
+        raise qa.invalid_redrive_policy(
+            text,
+            "Dead-letter target must be of the same type (standard or FIFO) as the source queue.",
         )
     if dead.name == source:
-        raise invalid("A queue cannot be its own dead-letter queue.")
-    if not qs.redrive_allowed(dead, source, caller.place):
-        raise SQSError(
-            "InvalidParameterValue",
-            "Value for parameter RedrivePolicy is invalid. Reason: the dead-letter queue's "
-            "RedriveAllowPolicy does not allow this source queue.",
+        raise qa.invalid_redrive_policy(text, "A queue cannot be its own dead-letter queue.")
+    if not qa.redrive_allowed(dead, source, caller.place):
+        raise qa.invalid_redrive_policy(
+            text, "Dead-letter target's RedriveAllowPolicy does not allow this source queue."
         )
 
 
@@ -49,11 +47,11 @@ class AttributeActions(Actions):
 
     def get_queue_attributes(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        names = qs.check_attribute_names(params.get("AttributeNames"))
+        names = qa.check_attribute_names(params.get("AttributeNames"))
         counts: dict[str, str] = {}
-        if "All" in names or names & set(qs.COUNTS):
+        if "All" in names or names & set(qa.COUNTS):
             counts = self._counts(meta)
-        values = qs.attribute_values(meta, names, caller.place, self.limits, counts)
+        values = qa.attribute_values(meta, names, caller.place, self.limits, counts)
         return {"Attributes": values} if values else {}
 
     def _counts(self, meta: QueueMeta) -> dict[str, str]:
@@ -64,13 +62,13 @@ class AttributeActions(Actions):
                 break
         else:  # never received from: every stored message is new
             available, in_flight, delayed = stats.messages, 0, 0
-        return dict(zip(qs.COUNTS, map(str, (available, in_flight, delayed)), strict=True))
+        return dict(zip(qa.COUNTS, map(str, (available, in_flight, delayed)), strict=True))
 
     def set_queue_attributes(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
         if params.get("Attributes") is None:
             raise missing("Attributes")
-        changes = qs.attribute_changes(
+        changes = qa.attribute_changes(
             params["Attributes"],
             meta,
             fifo=meta.fifo,
@@ -80,7 +78,9 @@ class AttributeActions(Actions):
         )
         target = changes.get("dead_letter_queue")
         if target:
-            check_dead_letter_target(self.queues, caller, meta.name, meta.fifo, target)
+            check_dead_letter_target(
+                self.queues, caller, meta.name, meta.fifo, target, params["Attributes"]
+            )
         if "dead_letter_queue" in changes and target is None:
             del changes["dead_letter_queue"]  # max_attempts 0 turns dead-lettering off
         self.queues.update(meta.application, meta.name, **changes)
@@ -88,7 +88,7 @@ class AttributeActions(Actions):
 
     def tag_queue(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        if params.get("Tags") is None:
+        if not params.get("Tags"):
             raise missing("Tags")
         tags = qs.check_tags(params["Tags"])
         self.queues.update(
@@ -99,7 +99,7 @@ class AttributeActions(Actions):
     def untag_queue(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
         keys = params.get("TagKeys")
-        if keys is None:
+        if not keys:
             raise missing("TagKeys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise invalid("TagKeys must be a list of tag keys.")

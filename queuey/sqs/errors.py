@@ -14,14 +14,21 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ErrorKind:
-    name: str  # the JSON protocol's ``__type`` suffix
-    query_code: str  # the query protocol's ``<Code>``
+    name: str  # how the code names it (the JSON ``__type`` suffix unless ``json_type`` says)
+    query_code: str  # the query protocol's ``<Code>``, and ``x-amzn-query-error``'s
     status: int
     sender: bool = True  # "Sender" or "Receiver" fault
+    json_type: str = ""  # the JSON protocol's ``__type`` suffix when it is not ``name``
 
 
-def _kind(name: str, query_code: str | None = None, status: int = 400, sender: bool = True):
-    return ErrorKind(name, query_code or name, status, sender)
+def _kind(
+    name: str,
+    query_code: str | None = None,
+    status: int = 400,
+    sender: bool = True,
+    json_type: str = "",
+):
+    return ErrorKind(name, query_code or name, status, sender, json_type or name)
 
 
 #: Every error this endpoint answers, by name.
@@ -53,9 +60,10 @@ KINDS: dict[str, ErrorKind] = {
         # 403 as SQS answers it (and as botocore's SQS retry rule expects).
         _kind("RequestThrottled", "RequestThrottled", 403),
         # Common errors of every AWS query/JSON service.
-        _kind("InvalidParameterValue"),
+        # Amazon's JSON protocol names these two shapes apart from their query codes.
+        _kind("InvalidParameterValue", json_type="InvalidParameterValueException"),
         _kind("InvalidParameterCombination"),
-        _kind("MissingParameter"),
+        _kind("MissingParameter", json_type="MissingRequiredParameterException"),
         _kind("MissingAction"),
         _kind("InvalidAction"),
         _kind("InvalidQueryParameter"),
@@ -79,10 +87,18 @@ KINDS: dict[str, ErrorKind] = {
 class SQSError(Exception):
     """One SQS error answer. ``name`` is a key of :data:`KINDS`."""
 
-    def __init__(self, name: str, message: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        message: str,
+        retry_after: int | None = None,
+        query_message: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = KINDS[name]
         self.message = message
+        #: The query protocol's text, where Amazon words it apart.
+        self.query_message = query_message or message
         #: Seconds for a ``Retry-After`` header (a throttled request).
         self.retry_after = retry_after
 

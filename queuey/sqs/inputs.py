@@ -18,15 +18,17 @@ _BATCH_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _TOKEN = re.compile(r"^[!-~]{1,128}$")
 
 
-def integer(params: Mapping, name: str, low: int, high: int) -> int | None:
+def integer(
+    params: Mapping, name: str, low: int, high: int, reason: str | None = None
+) -> int | None:
+    """An integer parameter in ``low``..``high``; refused with SQS's ``reason``
+    (by default its "Must be between <low> and <high>, if provided.")."""
     value = params.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid(
-            f"Value {str(value)[:40]} for parameter {name} is invalid. Reason: Must be between "
-            f"{low} and {high}, if provided."
-        )
+        reason = reason or f"Must be between {low} and {high}, if provided."
+        raise invalid(f"Value {str(value)[:40]} for parameter {name} is invalid. Reason: {reason}")
     return value
 
 
@@ -36,8 +38,8 @@ def text_token(params: Mapping, name: str) -> str | None:
         return None
     if not isinstance(value, str) or not _TOKEN.match(value):
         raise invalid(
-            f"Value for parameter {name} is invalid. Reason: use 1 to 128 alphanumeric or "
-            "punctuation characters."
+            f"Value {str(value)[:200]} for parameter {name} is invalid. Reason: {name} can "
+            "only include alphanumeric and punctuation characters. 1 to 128 in length."
         )
     return value
 
@@ -54,18 +56,23 @@ def receipt(params: Mapping) -> str:
     if receipt is None:
         raise missing("ReceiptHandle")
     if not isinstance(receipt, str) or not receipt:
-        raise SQSError("ReceiptHandleIsInvalid", "The input receipt handle is not valid.")
+        raise SQSError(
+            "ReceiptHandleIsInvalid",
+            f'The input receipt handle "{str(receipt)[:1024]}" is not a valid receipt handle.',
+        )
     return receipt
 
 
-def entries(params: Mapping) -> list[dict]:
+def entries(params: Mapping, entry_type: str) -> list[dict]:
+    """A batch action's entries, checked as SQS does (``entry_type``: the
+    action's entry shape, which SQS names when there is none)."""
     entries = params.get("Entries")
-    if entries is None:
-        raise missing("Entries")
+    if entries is None or entries == []:
+        raise SQSError(
+            "EmptyBatchRequest", f"There should be at least one {entry_type} in the request."
+        )
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise invalid("Entries must be a list of entries.")
-    if not entries:
-        raise SQSError("EmptyBatchRequest", "There should be at least one entry in the request.")
     if len(entries) > MAX_BATCH:
         raise SQSError(
             "TooManyEntriesInBatchRequest",
@@ -97,6 +104,6 @@ def read_token(token: object) -> str | None:
         name = base64.urlsafe_b64decode(str(token).encode("ascii")).decode("utf-8")
     except (binascii.Error, ValueError, UnicodeError):
         raise invalid("Invalid NextToken value.") from None
-    if not (qs.STANDARD_NAME.match(name) or qs.FIFO_NAME.match(name)):
+    if not qs.stored_name(name):
         raise invalid("Invalid NextToken value.")
     return name

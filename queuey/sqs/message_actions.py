@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from queuey import ids
 from queuey.model import Delivery, NewMessage, QueueMeta
-from queuey.sqs import inputs
+from queuey.sqs import attributes as qa
+from queuey.sqs import handles, inputs
 from queuey.sqs import messages as msgs
-from queuey.sqs import queues as qs
 from queuey.sqs.caller import SUBSCRIPTION, Actions, Caller
 from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
-from queuey.sqs.sending import new_message
+from queuey.sqs.sending import check_fifo_entry, new_message
 
 
 class MessageActions(Actions):
@@ -32,23 +33,34 @@ class MessageActions(Actions):
             if meta.fifo:
                 reply["SequenceNumber"] = msgs.sequence_number(message)
 
+    def _sender(self, caller: Caller, meta: QueueMeta) -> str | None:
+        """Who sends, kept with the message when it is not the queue's owner."""
+        name = caller.application.name
+        return name if name != meta.application else None
+
     def send_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        message, reply, _ = new_message(meta, params, self.limits, self.clock.now_micros())
+        message, reply, _ = new_message(
+            meta, params, self.limits, self.clock.now_micros(), self._sender(caller, meta)
+        )
         self._store(meta, [message], [reply])
         return reply
 
     def send_message_batch(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        entries = inputs.entries(params)
+        entries = inputs.entries(params, "SendMessageBatchRequestEntry")
+        if meta.fifo:
+            for entry in entries:
+                check_fifo_entry(meta, entry, batch=True)
         good: list[NewMessage] = []
         replies: list[dict] = []
         failed: list[dict] = []
         total = 0
         now = self.clock.now_micros()
+        sender = self._sender(caller, meta)
         for entry in entries:
             try:
-                message, reply, size = new_message(meta, entry, self.limits, now)
+                message, reply, size = new_message(meta, entry, self.limits, now, sender)
             except SQSError as exc:
                 failed.append(batch_failure(entry["Id"], exc))
                 continue
@@ -56,7 +68,9 @@ class MessageActions(Actions):
             reply["Id"] = entry["Id"]
             good.append(message)
             replies.append(reply)
-        limit = qs.max_message_size(meta, self.limits)
+        # As SQS: the batch's limit is the service's largest message, whatever
+        # the queue's MaximumMessageSize (each message was held to that).
+        limit = self.limits.max_message_size
         if total > limit:
             raise SQSError(
                 "BatchRequestTooLong",
@@ -69,10 +83,14 @@ class MessageActions(Actions):
     def receive_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
         limit = inputs.integer(params, "MaxNumberOfMessages", 1, 10) or 1
-        visibility = inputs.integer(params, "VisibilityTimeout", 0, 43200)
-        wait = inputs.integer(params, "WaitTimeSeconds", 0, 20)
+        visibility = inputs.integer(
+            params, "VisibilityTimeout", 0, 43200, reason="Must be >= 0 and <= 43200, if provided."
+        )
+        wait = inputs.integer(
+            params, "WaitTimeSeconds", 0, 20, reason="Must be >= 0 and <= 20, if provided."
+        )
         if wait is None:
-            wait = qs.receive_wait(meta)
+            wait = qa.receive_wait(meta)
         wanted = set(inputs.names(params, "AttributeNames")) | set(
             inputs.names(params, "MessageSystemAttributeNames")
         )
@@ -82,11 +100,18 @@ class MessageActions(Actions):
             return self.work.reserve(meta, SUBSCRIPTION, limit=limit, visibility_timeout=visibility)
 
         reservation = self.services.long_polls.wait_for(
-            meta.application, meta.name, attempt, lambda r: bool(r.deliveries), wait
+            meta.application,
+            meta.name,
+            attempt,
+            lambda r: bool(r.deliveries),
+            wait,
+            waiter=caller.application.name,  # a shared queue's poll waits on the caller's slots
         )
         self.services.metrics.messages_reserved(len(reservation.deliveries))
+        received = self.clock.now_micros() // ids.MICROS
         out = [
-            self._received(caller, meta, d, wanted, attribute_names) for d in reservation.deliveries
+            self._received(caller, meta, d, wanted, attribute_names, received)
+            for d in reservation.deliveries
         ]
         return {"Messages": out} if out else {}
 
@@ -97,12 +122,13 @@ class MessageActions(Actions):
         delivery: Delivery,
         wanted: set[str],
         attribute_names: list[str],
+        received: int,
     ) -> dict:
         message = delivery.message
         body = msgs.decode_body(message.body)
         out: dict[str, Any] = {
             "MessageId": str(message.id),
-            "ReceiptHandle": delivery.receipt,
+            "ReceiptHandle": handles.make(delivery.receipt, received),
             "MD5OfBody": msgs.md5_hex(body.encode("utf-8")),
             "Body": body,
         }
@@ -122,7 +148,7 @@ class MessageActions(Actions):
         stored = message.attributes or {}
         first = delivery.first_delivered or self.clock.now_micros()
         values = {
-            "SenderId": caller.application.name,
+            "SenderId": stored.get("sqs.sender", meta.application),
             "SentTimestamp": str(msgs.sent_millis(message)),
             "ApproximateReceiveCount": str(delivery.attempts),
             "ApproximateFirstReceiveTimestamp": str(first // 1000),
@@ -150,46 +176,58 @@ class MessageActions(Actions):
             return dict(self.work.release(meta, SUBSCRIPTION, receipts).statuses)
         return dict(self.work.extend(meta, SUBSCRIPTION, receipts, visibility))
 
-    def _settle_error(self, meta: QueueMeta, receipt: str, status: str, deleting: bool):
-        """The error for a receipt that did not work, or None (SQS answers success)."""
+    def _settle_error(self, meta: QueueMeta, handle: str, status: str, deleting: bool):
+        """The error for a receipt handle that did not work, or None (SQS answers success)."""
         if status == "acked":
             return None
         if status == "unknown":
-            return SQSError(
-                "ReceiptHandleIsInvalid",
-                f'The input receipt handle "{receipt[:200]}" is not a valid receipt handle.',
-            )
+            return handles.invalid(handle)
         if deleting:
             # SQS: a standard queue accepts a stale handle (the message stays);
             # a FIFO queue refuses it.
             if not meta.fifo:
                 return None
             return invalid(
-                f"Value {receipt[:200]} for parameter ReceiptHandle is invalid. Reason: The "
+                f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. Reason: The "
                 "receipt handle has expired."
             )
-        return SQSError(
-            "MessageNotInflight",
-            "Message does not exist or is not available for visibility timeout change.",
+        return invalid(
+            f"Value {handle[:1024]} for parameter ReceiptHandle is invalid. Reason: Message "
+            "does not exist or is not available for visibility timeout change."
         )
 
     def delete_message(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        receipt = inputs.receipt(params)
+        handle = inputs.receipt(params)
+        receipt, _ = handles.read(handle)
         status = self._settle(meta, [receipt], None)[receipt]
-        error = self._settle_error(meta, receipt, status, True)
+        error = self._settle_error(meta, handle, status, True)
         if error:
             raise error
         return {}
 
-    def change_message_visibility(self, caller: Caller, params: dict) -> dict:
-        meta = self._queue(caller, params)
-        receipt = inputs.receipt(params)
-        visibility = inputs.integer(params, "VisibilityTimeout", 0, 43200)
+    def _visibility(self, params: dict, handle: str) -> tuple[str, int]:
+        """A ChangeMessageVisibility entry's receipt and timeout: at most 12 hours
+        counted from the receive that gave the handle, as SQS counts them."""
+        receipt, received = handles.read(handle)
+        visibility = inputs.integer(params, "VisibilityTimeout", 0, handles.MAX_VISIBILITY)
         if visibility is None:
             raise missing("VisibilityTimeout")
+        now = self.clock.now_micros() // ids.MICROS
+        if received is not None and now - received + visibility > handles.MAX_VISIBILITY:
+            raise invalid(
+                f"Value {visibility} for parameter VisibilityTimeout is invalid. Reason: Total "
+                f"VisibilityTimeout for the message is beyond the limit "
+                f"[{handles.MAX_VISIBILITY} seconds]"
+            )
+        return receipt, visibility
+
+    def change_message_visibility(self, caller: Caller, params: dict) -> dict:
+        meta = self._queue(caller, params)
+        handle = inputs.receipt(params)
+        receipt, visibility = self._visibility(params, handle)
         status = self._settle(meta, [receipt], visibility)[receipt]
-        error = self._settle_error(meta, receipt, status, False)
+        error = self._settle_error(meta, handle, status, False)
         if error:
             raise error
         return {}
@@ -202,26 +240,30 @@ class MessageActions(Actions):
 
     def _settle_batch(self, caller: Caller, params: dict, deleting: bool) -> dict:
         meta = self._queue(caller, params)
-        entries = inputs.entries(params)
-        groups: dict[int | None, list[tuple[str, str]]] = {}
+        entries = inputs.entries(
+            params,
+            "DeleteMessageBatchRequestEntry"
+            if deleting
+            else "ChangeMessageVisibilityBatchRequestEntry",
+        )
+        groups: dict[int | None, list[tuple[str, str, str]]] = {}
         failed: list[dict] = []
         for entry in entries:
             try:
-                receipt = inputs.receipt(entry)
-                visibility = None
-                if not deleting:
-                    visibility = inputs.integer(entry, "VisibilityTimeout", 0, 43200)
-                    if visibility is None:
-                        raise missing("VisibilityTimeout")
+                handle = inputs.receipt(entry)
+                if deleting:
+                    receipt, visibility = handles.read(handle)[0], None
+                else:
+                    receipt, visibility = self._visibility(entry, handle)
             except SQSError as exc:
                 failed.append(batch_failure(entry["Id"], exc))
                 continue
-            groups.setdefault(visibility, []).append((entry["Id"], receipt))
+            groups.setdefault(visibility, []).append((entry["Id"], handle, receipt))
         succeeded: list[dict] = []
         for visibility, items in groups.items():
-            statuses = self._settle(meta, list(dict.fromkeys(r for _, r in items)), visibility)
-            for entry_id, receipt in items:
-                error = self._settle_error(meta, receipt, statuses[receipt], deleting)
+            statuses = self._settle(meta, list(dict.fromkeys(r for *_, r in items)), visibility)
+            for entry_id, handle, receipt in items:
+                error = self._settle_error(meta, handle, statuses[receipt], deleting)
                 if error:
                     failed.append(batch_failure(entry_id, error))
                 else:

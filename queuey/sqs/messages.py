@@ -13,6 +13,8 @@ the stored message's ``attributes`` under ``sqs.`` keys:
 ``sqs.dedup``   ``MessageDeduplicationId`` (FIFO queues)
 ``sqs.sent``    when it was sent, epoch milliseconds, for a delayed message
                 (its id, hence its timestamp, is minted at its due time)
+``sqs.sender``  the application that sent it, when not the queue's owner
+                (its ``SenderId``)
 =============== =============================================================
 
 Other stored attributes (a native post's, or a dead letter's ``source_*``)
@@ -57,12 +59,14 @@ RECEIVE_ATTRIBUTES = (
 )
 
 
-def check_text(value: str, what: str) -> None:
+def check_text(value: str, body: bool = True) -> None:
+    """Only the characters SQS accepts: in a body ``InvalidMessageContents``,
+    in an attribute value ``InvalidParameterValue``, with SQS's text."""
     if _INVALID_TEXT.search(value):
         raise SQSError(
-            "InvalidMessageContents",
-            f"Invalid characters found in {what}. Only #x9 | #xA | #xD | #x20 to #xD7FF | "
-            "#xE000 to #xFFFD | #x10000 to #x10FFFF are allowed.",
+            "InvalidMessageContents" if body else "InvalidParameterValue",
+            "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "
+            "#x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF",
         )
 
 
@@ -109,7 +113,7 @@ def parse_attributes(given: object, *, system: bool = False) -> dict[str, Attrib
         return {}
     if not isinstance(given, Mapping):
         raise invalid("MessageAttributes must be a map.")
-    kind = "system attribute" if system else "attribute"
+    kind = "system" if system else "(user)"
     if not system and len(given) > MAX_ATTRIBUTES:
         raise invalid(
             f"Number of message attributes [{len(given)}] exceeds the allowed maximum "
@@ -123,71 +127,80 @@ def parse_attributes(given: object, *, system: bool = False) -> dict[str, Attrib
         else:
             _check_name(name)
         if not isinstance(spec, Mapping):
-            raise invalid(f"The message {kind} '{name}' must be a structure.")
+            raise invalid(f"Message {kind} attribute '{name}' must have a single value.")
         data_type = spec.get("DataType")
         if not isinstance(data_type, str) or not data_type:
-            raise invalid(
-                f"The message {kind} '{name}' must contain a non-empty message {kind} type."
-            )
+            raise invalid(f"Message {kind} attribute '{name}' must contain a non-empty type.")
         if not _DATA_TYPE.match(data_type) or (system and data_type != "String"):
             raise invalid(
-                f"The type of message {kind} '{name}' is invalid. Must be one of "
-                "String, Number or Binary, optionally with a custom suffix."
+                f"The type of message {kind} attribute '{name}' is invalid. You must use only "
+                "the following supported type prefixes: Binary, Number, String."
             )
         if spec.get("StringListValues") or spec.get("BinaryListValues"):
-            raise invalid(f"Message {kind} list values in '{name}' are not supported.")
+            raise invalid(f"Message {kind} attribute list values in '{name}' are not supported.")
         found[name] = _value(name, data_type, spec, kind)
     return found
 
 
 def _check_name(name: object) -> None:
-    if not isinstance(name, str) or not _ATTRIBUTE_NAME.match(name):
+    if not isinstance(name, str) or not name:
+        raise invalid("Message (user) attribute name must not be empty.")
+    if len(name.encode("utf-8")) > 256:
+        raise invalid("Message (user) attribute name must be shorter than 256 bytes.")
+    bad = re.search(r"[^A-Za-z0-9_.-]", name)
+    if bad:
         raise invalid(
-            f"Message attribute name '{name}' is invalid: use 1 to 256 of A-Z, a-z, 0-9, "
-            "underscore, hyphen and period."
+            f"Invalid non-alphanumeric character '#x{ord(bad.group()):X}' was found in the "
+            "message attribute name. Can only include alphanumeric characters, hyphens, "
+            "underscores, or dots."
         )
-    lowered = name.lower()
-    if lowered.startswith(("aws.", "amazon.")):
-        raise invalid(f"Message attribute name '{name}' uses a reserved prefix.")
-    if name.startswith(".") or name.endswith(".") or ".." in name:
+    if name.lower().startswith(("aws.", "amazon.")):
         raise invalid(
-            f"Message attribute name '{name}' cannot start or end with a period, "
-            "or hold two periods in a row."
+            "You can't use message attribute names beginning with 'AWS.' or 'Amazon.'. "
+            "These strings are reserved for internal use."
         )
+    if name.startswith("."):
+        raise invalid("Message (user) attribute name must not begin with character '.'.")
+    if name.endswith("."):
+        raise invalid("Message (user) attribute name must not end with character '.'.")
+    if ".." in name:
+        raise invalid("Message (user) attribute name must not have successive '.' characters.")
 
 
 def _value(name: str, data_type: str, spec: Mapping, kind: str) -> Attribute:
     base = data_type.split(".", 1)[0]
+    empty = f"Message {kind} attribute '{name}' must contain a non-empty value of type '{base}'."
     if base == "Binary":
         raw = spec.get("BinaryValue")
         if not isinstance(raw, str | bytes) or not raw:
-            raise invalid(f"The message {kind} '{name}' must contain a non-empty Binary value.")
+            raise invalid(empty)
         if isinstance(raw, str):
             try:
                 raw = base64.b64decode(raw, validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise invalid(
-                    f"The Binary value of message {kind} '{name}' is not base64."
+                    f"The Binary value of message {kind} attribute '{name}' is not base64."
                 ) from exc
         return Attribute(data_type, bytes(raw))
     text = spec.get("StringValue")
     if not isinstance(text, str) or not text:
-        raise invalid(f"The message {kind} '{name}' must contain a non-empty {base} value.")
-    check_text(text, f"message {kind} '{name}'")
+        raise invalid(empty)
+    check_text(text, body=False)
     if base == "Number":
         _check_number(name, text)
     return Attribute(data_type, text)
 
 
 def _check_number(name: str, text: str) -> None:
+    cast = f"Can't cast the value of message (user) attribute '{name}' to a number."
     if len(text) > 200:
-        raise invalid(f"Value of message attribute '{name}' is not a valid number.")
+        raise invalid(cast)
     try:
         number = Decimal(text)
     except InvalidOperation as exc:
-        raise invalid(f"Value of message attribute '{name}' is not a valid number.") from exc
+        raise invalid(cast) from exc
     if not number.is_finite():
-        raise invalid(f"Value of message attribute '{name}' is not a valid number.")
+        raise invalid(cast)
     digits = len(number.as_tuple().digits)
     if digits > 38 or not (Decimal("-1e128") <= number <= Decimal("1e126")):
         raise invalid(
@@ -234,6 +247,7 @@ def store_attributes(
     group: str | None = None,
     dedup: str | None = None,
     sent_millis: int | None = None,
+    sender: str | None = None,
 ) -> dict[str, str] | None:
     """The stored message's ``attributes`` for these SQS fields."""
     stored: dict[str, str] = {}
@@ -249,7 +263,12 @@ def store_attributes(
             ensure_ascii=False,
             separators=(",", ":"),
         )
-    for key, value in (("sqs.trace", trace), ("sqs.group", group), ("sqs.dedup", dedup)):
+    for key, value in (
+        ("sqs.trace", trace),
+        ("sqs.group", group),
+        ("sqs.dedup", dedup),
+        ("sqs.sender", sender),
+    ):
         if value is not None:
             stored[key] = value
     if sent_millis is not None:
@@ -279,14 +298,17 @@ def message_attributes(message: Message) -> dict[str, Attribute]:
 def select_attributes(
     attributes: Mapping[str, Attribute], wanted: Iterable[str]
 ) -> dict[str, Attribute]:
-    """The attributes named by ``MessageAttributeNames`` (``All``, ``.*``, ``prefix.*``)."""
+    """The attributes named by ``MessageAttributeNames``: ``All``, ``*`` and
+    ``.*`` name every one; ``<prefix>.*`` those whose name starts with
+    ``<prefix>`` (as SQS matches: ``Custom.*`` selects ``Custom1`` and
+    ``Custom.a``); any other entry, the attribute of exactly that name."""
     names = list(wanted)
     if not names or not attributes:
         return {}
-    if "All" in names or ".*" in names:
+    if "All" in names or "*" in names or ".*" in names:
         return dict(attributes)
     exact = set(names)
-    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
+    prefixes = tuple(n[:-2] for n in names if n.endswith(".*"))
     return {
         name: a
         for name, a in attributes.items()

@@ -112,7 +112,7 @@ def error(json_protocol: bool, exc: SQSError, request_id: str) -> tuple[int, dic
         fault = "Sender" if kind.sender else "Receiver"
         headers["x-amzn-query-error"] = f"{kind.query_code};{fault}"
         body = json.dumps(
-            {"__type": f"com.amazonaws.sqs#{kind.name}", "message": exc.message},
+            {"__type": f"com.amazonaws.sqs#{kind.json_type}", "message": exc.message},
             ensure_ascii=False,
         ).encode("utf-8")
         return kind.status, headers, body

@@ -251,6 +251,6 @@ def render_error(error: SQSError, request_id: str) -> bytes:
     return (
         f'<?xml version="1.0"?><ErrorResponse xmlns="{XMLNS}"><Error>'
         f"<Type>{'Sender' if kind.sender else 'Receiver'}</Type>"
-        f"<Code>{_text(kind.query_code)}</Code><Message>{_text(error.message)}</Message>"
+        f"<Code>{_text(kind.query_code)}</Code><Message>{_text(error.query_message)}</Message>"
         f"<Detail/></Error><RequestId>{_text(request_id)}</RequestId></ErrorResponse>"
     ).encode()

@@ -13,6 +13,7 @@ from typing import Any
 
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import QueueMeta
+from queuey.sqs import attributes as qa
 from queuey.sqs import inputs
 from queuey.sqs import queues as qs
 from queuey.sqs.attribute_actions import check_dead_letter_target
@@ -23,8 +24,7 @@ from queuey.sqs.movetasks import MoveTasks
 
 class QueueActions(Actions):
     """CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, PurgeQueue,
-    ListDeadLetterSourceQueues, the message move tasks, and the permission
-    actions Queuey does not have."""
+    ListDeadLetterSourceQueues and the message move tasks."""
 
     #: The message move tasks this process runs and answers for.
     moves: MoveTasks
@@ -32,27 +32,26 @@ class QueueActions(Actions):
     def create_queue(self, caller: Caller, params: dict) -> dict:
         if params.get("QueueName") is None:
             raise missing("QueueName")
-        name = qs.check_name(params["QueueName"])
-        app = caller.application.name
-        fifo = name.endswith(".fifo")
         given = params.get("Attributes") or {}
-        if isinstance(given, Mapping) and given.get("FifoQueue", "false").lower() == "true":
-            if not fifo:
-                raise invalid(
-                    "The name of a FIFO queue can only include alphanumeric "
-                    "characters, hyphens, or underscores, must end with .fifo suffix."
-                )
+        if not isinstance(given, Mapping):
+            raise invalid("Attributes must be a map of names to values.")
+        flag = given.get("FifoQueue")
+        fifo = isinstance(flag, str) and flag.lower() == "true"
+        name = caller.place.stored(qs.check_name(params["QueueName"], fifo))
+        app = caller.application.name
         tags = qs.check_tags(params.get("tags") or {})
         now = self.clock.now_micros()
         try:
             return self._existing(caller, self.queues.fresh(app, name), given)
         except QueueNotFound:
             pass
-        changes = qs.attribute_changes(
+        changes = qa.attribute_changes(
             given, None, fifo=fifo, place=caller.place, limits=self.limits, now_micros=now
         )
         if changes.get("dead_letter_queue"):
-            check_dead_letter_target(self.queues, caller, name, fifo, changes["dead_letter_queue"])
+            check_dead_letter_target(
+                self.queues, caller, name, fifo, changes["dead_letter_queue"], given
+            )
         attributes = changes.pop("attributes_set")
         attributes.update(qs.tag_attributes(attributes, tags))
         meta = QueueMeta(
@@ -78,14 +77,13 @@ class QueueActions(Actions):
         return {"QueueUrl": caller.place.url(name)}
 
     def _existing(self, caller: Caller, meta: QueueMeta, given: Mapping) -> dict:
-        """CreateQueue of a queue that exists: fine when nothing given differs."""
-        current = qs.attribute_values(meta, {"All"}, caller.place, self.limits, {})
-        current.setdefault("FifoQueue", "false")
-        for name, value in given.items() if isinstance(given, Mapping) else ():
-            if name in current and str(current[name]).lower() != str(value).lower():
+        """CreateQueue of a queue that exists: its URL when every attribute given
+        has the value the queue has (attributes not given are not compared)."""
+        for name, value in given.items():
+            if not qa.same_attribute(meta, name, value, caller.place, self.limits):
                 raise SQSError(
                     "QueueNameExists",
-                    f"A queue already exists with the same name and a different value for "
+                    "A queue already exists with the same name and a different value for "
                     f"attribute {name}",
                 )
         return {"QueueUrl": caller.place.url(meta.name)}
@@ -95,11 +93,11 @@ class QueueActions(Actions):
         if name is None:
             raise missing("QueueName")
         owner = params.get("QueueOwnerAWSAccountId")
-        if owner is not None and owner != caller.place.account_id:
+        if not isinstance(name, str) or not (owner is None or isinstance(owner, str)):
             raise qs.no_such_queue()
-        if not isinstance(name, str):
-            raise qs.no_such_queue()
-        meta = self._named(caller, name)
+        # Another account's queue when its policy allows GetQueueUrl (Actions._named);
+        # caller.place then shows the owner's account id.
+        meta = self._named(caller, caller.place.stored(name), owner)
         return {"QueueUrl": caller.place.url(meta.name)}
 
     def list_queues(self, caller: Caller, params: dict) -> dict:
@@ -110,16 +108,34 @@ class QueueActions(Actions):
         after = inputs.read_token(params.get("NextToken"))
         if not qs.NAME_PREFIX.match(prefix):
             return {}  # no queue name starts with a character a name cannot hold
-        if after is None and prefix:
-            # Just below every name that starts with the prefix (names are ASCII).
-            after = prefix[:-1] + chr(ord(prefix[-1]) - 1) + "\x7f"
+        stored_prefix = caller.place.stored(prefix)
+        if after is None and stored_prefix:
+            # Just below every stored name that starts with the prefix (names are ASCII).
+            after = stored_prefix[:-1] + chr(ord(stored_prefix[-1]) - 1) + "\x7f"
         wanted = limit or 1000
-        found = self.storage.list_queues(caller.application.name, limit=wanted, after=after)
-        names = [q.name for q in found if q.name.startswith(prefix)]
+        names: list[str] = []
+        more = False
+        for _ in range(10):  # pages of other regions' queues are skipped, up to a bound
+            found = self.storage.list_queues(caller.application.name, limit=SCAN, after=after)
+            for meta in found:
+                if not meta.name.startswith(stored_prefix):
+                    if meta.name > stored_prefix:
+                        break  # past every name with the prefix
+                    continue
+                if caller.place.local(meta.name) is None:
+                    continue  # another region's queue
+                if len(names) == wanted:
+                    more = True
+                    break
+                names.append(meta.name)
+            else:
+                if len(found) == SCAN:
+                    after = found[-1].name
+                    continue
+            break
         result: dict[str, Any] = {}
         if names:
             result["QueueUrls"] = [caller.place.url(n) for n in names]
-        more = len(found) == wanted and len(names) == len(found)
         if limit and more:
             result["NextToken"] = inputs.make_token(names[-1])
         return result
@@ -136,7 +152,7 @@ class QueueActions(Actions):
         dead = self._queue(caller, params)
         limit = inputs.integer(params, "MaxResults", 1, 1000)
         after = inputs.read_token(params.get("NextToken"))
-        scanned = self.storage.list_queues(caller.application.name, limit=SCAN, after=after)
+        scanned = self.storage.list_queues(dead.application, limit=SCAN, after=after)
         urls: list[str] = []
         last = None
         for meta in scanned:
@@ -182,11 +198,3 @@ class QueueActions(Actions):
             raise missing("TaskHandle")
         moved = self.moves.cancel(caller.application.name, handle)
         return {"ApproximateNumberOfMessagesMoved": moved}
-
-    def add_permission(self, caller: Caller, params: dict) -> dict:
-        raise SQSError(
-            "UnsupportedOperation",
-            "Queuey has no other accounts to share a queue with: access is per application.",
-        )
-
-    remove_permission = add_permission

@@ -13,22 +13,41 @@ from typing import Any
 from queuey.core.messages import InvalidMessage, MessageRules
 from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key, random_partition
+from queuey.sqs import attributes as qa
 from queuey.sqs import inputs
 from queuey.sqs import messages as msgs
-from queuey.sqs import queues as qs
 from queuey.sqs.errors import SQSError, invalid, missing
 
 
+def check_fifo_entry(meta: QueueMeta, entry: Mapping, batch: bool) -> None:
+    """A FIFO send names its group, and its deduplication id unless the queue
+    derives it from the body; refused in SQS's words (in a batch, as SQS does,
+    the whole request is refused)."""
+    if entry.get("MessageGroupId") is None:
+        error = missing("MessageGroupId")
+        raise invalid(error.message) if batch else error
+    if entry.get("MessageDeduplicationId") is None and not qa.content_dedup(meta):
+        raise invalid(
+            "The queue should either have ContentBasedDeduplication enabled or "
+            "MessageDeduplicationId provided explicitly"
+        )
+
+
 def new_message(
-    meta: QueueMeta, entry: Mapping, rules: MessageRules, now_micros: int
+    meta: QueueMeta,
+    entry: Mapping,
+    rules: MessageRules,
+    now_micros: int,
+    sender: str | None = None,
 ) -> tuple[NewMessage, dict, int]:
-    """One message to store, the reply fields known before storing, and its size."""
+    """One message to store, the reply fields known before storing, and its
+    size; ``sender``: the application that sent it, when not the queue's own."""
     body = entry.get("MessageBody")
-    if body is None:
+    if body is None or body == "":
         raise missing("MessageBody")
-    if not isinstance(body, str) or not body:
+    if not isinstance(body, str):
         raise invalid("The request must contain a non-empty MessageBody.")
-    msgs.check_text(body, "the message body")
+    msgs.check_text(body)
     attributes = msgs.parse_attributes(entry.get("MessageAttributes"))
     system = msgs.parse_attributes(entry.get("MessageSystemAttributes"), system=True)
     # Every part counts: the body, and name + type + value of each message
@@ -36,36 +55,34 @@ def new_message(
     size = (
         len(body.encode("utf-8")) + msgs.attributes_size(attributes) + msgs.attributes_size(system)
     )
-    limit = qs.max_message_size(meta, rules)
+    limit = qa.max_message_size(meta, rules)
     try:
         rules.check_size(size, limit)
     except InvalidMessage:
         raise _too_long(limit) from None
-    delay = inputs.integer(entry, "DelaySeconds", 0, 900)
-    if delay is not None and meta.fifo:
+    delay = inputs.integer(
+        entry, "DelaySeconds", 0, 900, reason="DelaySeconds must be >= 0 and <= 900."
+    )
+    if delay and meta.fifo:
         raise invalid(
             f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request "
             "include parameter that is not valid for this queue type."
         )
+    if meta.fifo:
+        delay = None  # 0, which a FIFO queue takes as no per-message delay
     group = inputs.text_token(entry, "MessageGroupId")
     dedup = inputs.text_token(entry, "MessageDeduplicationId")
     if meta.fifo:
-        if group is None:
-            raise missing("MessageGroupId")
+        check_fifo_entry(meta, entry, batch=False)
         if dedup is None:
-            if not qs.content_dedup(meta):
-                raise invalid(
-                    "The queue should either have ContentBasedDeduplication enabled or "
-                    "MessageDeduplicationId provided explicitly"
-                )
             dedup = hashlib.sha256(body.encode("utf-8")).hexdigest()
     elif dedup is not None:
         raise invalid(
-            "Value for parameter MessageDeduplicationId is invalid. Reason: The request "
-            "include parameter that is not valid for this queue type."
+            f"Value {dedup} for parameter MessageDeduplicationId is invalid. Reason: The "
+            "request includes a parameter that is not valid for this queue type."
         )
     dedup_id = dedup
-    if dedup is not None and qs.dedup_per_group(meta):
+    if dedup is not None and qa.dedup_per_group(meta):
         dedup_id = hashlib.sha256(f"{group}\x1f{dedup}".encode()).hexdigest()
     trace = system.get("AWSTraceHeader")
     delays = delay if delay is not None else meta.delay
@@ -86,6 +103,7 @@ def new_message(
                 group=group,
                 dedup=dedup,
                 sent_millis=now_micros // 1000 if delays else None,
+                sender=sender,
             ),
             size=size,
             max_size=limit,

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
+from queuey.settings import REGION
 from queuey.sqs.errors import SQSError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -243,6 +244,7 @@ def verify(
     now: float,
     *,
     region: str,
+    regions: frozenset[str] | None = frozenset(),
     max_skew: int = 900,
 ) -> Credential:
     """Check the request's signature; the credential it was signed with, or SQSError.
@@ -250,7 +252,8 @@ def verify(
     Everything that gives the request its meaning is covered: method, path,
     query string, body (hashed here, never taken from the client), and the
     headers :func:`_check_signed_headers` names; the credential must be scoped
-    to ``region`` and SQS. An unknown access key and a wrong secret get the same
+    to SQS and to ``region`` or one of ``regions`` (None: any region name).
+    An unknown access key and a wrong secret get the same
     answer after the same work (an HMAC with a throwaway secret)."""
     if len(request.query) > MAX_QUERY:
         raise _incomplete("The query string is too long.")
@@ -297,7 +300,9 @@ def verify(
         raise SQSError(
             "SignatureDoesNotMatch", f"Credential should be scoped to correct service: '{SERVICE}'."
         )
-    if scope_region != region:
+    if scope_region != region and not (
+        scope_region in regions if regions is not None else REGION.match(scope_region)
+    ):
         raise SQSError(
             "SignatureDoesNotMatch",
             f"Credential should be scoped to a valid region, not '{scope_region}'.",
@@ -325,6 +330,7 @@ def verify(
     if not known:
         candidates = (_DUMMY_SECRET,)
     given = signature.encode("utf-8", "surrogatepass")
+    region = scope_region
     scope_text = f"{day}/{region}/{service}/aws4_request"
     matched = False
     for payload in payloads:

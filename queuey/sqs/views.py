@@ -49,7 +49,7 @@ def endpoint(request, service: SQSService):
         # At most request_limit bytes: a longer one was refused before this
         # view ran (queuey.web.bodies, answered by queuey.sqs.limits).
         body = request.body
-        application = _authenticate(request, body)
+        application, region = _authenticate(request, body)
         services.quotas.admit(application.name)  # its rate (queuey.core.quotas)
         call = protocol.read_call(
             request.method,
@@ -75,8 +75,8 @@ def endpoint(request, service: SQSService):
         params = call.params(
             f"/{matched['account']}/{matched['queue']}" if "queue" in matched else None
         )
-        place = Place(request.host_url, application.account_id, settings.sqs_region)
-        result = service.call(call.action, Caller(application, place), params)
+        place = Place(request.host_url, application.account_id, region, settings.sqs_region)
+        result = service.call(call.action, Caller(application, place, call.action), params)
         status, headers, payload = protocol.ok(call, result, request_id)
     except SQSError as exc:
         status, headers, payload = protocol.error(json_protocol, exc, request_id)
@@ -111,7 +111,7 @@ def _authenticate(request, body: bytes):
         found.append(app)
         return app.sqs_secrets
 
-    sigv4.verify(
+    credential = sigv4.verify(
         sigv4.SignedRequest(
             method=request.method,
             path=sigv4.wire_path(request.environ),
@@ -122,6 +122,7 @@ def _authenticate(request, body: bytes):
         secrets_for,
         now=request.clock.now_micros() / 1e6,
         region=settings.sqs_region,
+        regions=settings.sqs_regions,
     )
     application = found[0]  # the one the verified access key named
     address = client_address(request, settings.trusted_proxies)
@@ -129,7 +130,7 @@ def _authenticate(request, body: bytes):
         raise SQSError(
             "AccessDenied", "Access to the resource is denied: this address may not use it."
         )
-    return application
+    return application, credential.region
 
 
 def includeme(config) -> None:

@@ -19,7 +19,7 @@ from tests.support import wait_until
 
 pytestmark = pytest.mark.unit
 
-PLACE = Place("http://127.0.0.1", "123456789012", "us-east-1")
+PLACE = Place("http://127.0.0.1", "123456789012", "us-east-1", "us-east-1")
 BODY = json.dumps("x" * 20_000)  # about 20 kB: a round holds about 50 of them
 
 

@@ -126,7 +126,7 @@ def test_attributes_round_trip(client, sqs):
         ({"VisibilityTimeout": "ten"}, "InvalidAttributeValue"),
         ({"NoSuchAttribute": "1"}, "InvalidAttributeName"),
         ({"ContentBasedDeduplication": "true"}, "InvalidAttributeName"),
-        ({"RedrivePolicy": "not json"}, "InvalidAttributeValue"),
+        ({"RedrivePolicy": "not json"}, "InvalidParameterValue"),
     ],
 )
 def test_bad_attributes(client, attributes, expected):
@@ -202,12 +202,3 @@ def test_redrive_allow_policy_is_enforced(client):
             },
         )
     assert code(exc) == "InvalidParameterValue"
-
-
-def test_permissions_are_unsupported(client):
-    url = client.create_queue(QueueName="perm")["QueueUrl"]
-    with pytest.raises(ClientError) as exc:
-        client.add_permission(
-            QueueUrl=url, Label="l", AWSAccountIds=["123456789012"], Actions=["SendMessage"]
-        )
-    assert code(exc) == "AWS.SimpleQueueService.UnsupportedOperation"

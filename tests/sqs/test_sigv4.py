@@ -275,6 +275,12 @@ def test_a_signature_for_another_region_is_refused():
     assert error.message.startswith(
         "Credential should be scoped to a valid region, not 'eu-west-1'."
     )
+    # Served when it is one of the other regions, or when every region is.
+    for regions in (frozenset({"eu-west-1"}), None):
+        credential = sigv4.verify(request, secrets_for, NOW, region="us-east-1", regions=regions)
+        assert credential.region == "eu-west-1"
+    with pytest.raises(SQSError):
+        sigv4.verify(request, secrets_for, NOW, region="us-east-1", regions=frozenset({"ap-1"}))
 
 
 def refusal_in(request: sigv4.SignedRequest, region: str) -> SQSError:

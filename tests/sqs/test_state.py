@@ -192,7 +192,8 @@ def test_list_queues_prefix_fuzz_never_a_500(sqs, prefix):
     if not sqs.app.registry.queuey.storage.list_queues(sqs.application, limit=3):
         maker = sqs.client()
         for name in ("fuzz-a", "fuzz-b.fifo", "z"):
-            maker.create_queue(QueueName=name)
+            fifo = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+            maker.create_queue(QueueName=name, Attributes=fifo)
     answer = _raw_json(sqs, "ListQueues", {"QueueNamePrefix": prefix})
     assert answer.status_code in (200, 400), answer.text[:300]
     if answer.status_code == 400:  # SQS's JSON error shape, e.g. SerializationException
