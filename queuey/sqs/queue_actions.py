@@ -41,13 +41,15 @@ class QueueActions(Actions):
         app = caller.application.name
         tags = qs.check_tags(params.get("tags") or {})
         now = self.clock.now_micros()
+        # Values are checked first, as SQS does: a bad one is refused as such,
+        # whether or not the queue exists.
+        changes = qa.attribute_changes(
+            given, None, fifo=fifo, place=caller.place, limits=self.limits, now_micros=now
+        )
         try:
             return self._existing(caller, self.queues.fresh(app, name), given)
         except QueueNotFound:
             pass
-        changes = qa.attribute_changes(
-            given, None, fifo=fifo, place=caller.place, limits=self.limits, now_micros=now
-        )
         if changes.get("dead_letter_queue"):
             check_dead_letter_target(
                 self.queues, caller, name, fifo, changes["dead_letter_queue"], given

@@ -68,6 +68,10 @@ def test_create_queue_again_with_the_same_attributes_answers_its_url(client):
     assert client.create_queue(
         QueueName="plain", Attributes={"VisibilityTimeout": "30", "MaximumMessageSize": str(MIB)}
     )["QueueUrl"].endswith("/plain")
+    # A value SQS refuses is refused as such, the queue existing or not.
+    assert refused(
+        client.create_queue, QueueName="jobs", Attributes={"VisibilityTimeout": "soon"}
+    ) == ("InvalidAttributeValue", "Invalid value for the parameter VisibilityTimeout.")
     # Only a different value of an attribute that was given is a conflict.
     assert refused(
         client.create_queue, QueueName="jobs", Attributes={"VisibilityTimeout": "61"}

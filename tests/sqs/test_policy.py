@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from queuey.applications import applications_from_mapping, by_account_id
 from queuey.sqs import policy
@@ -229,3 +232,22 @@ def test_an_account_id_names_one_application():
     assert by_account_id(apps, OTHER).name == "b"
     assert by_account_id(apps, "444444444444") is None
     assert by_account_id(apps, "333333333333") is None  # configured twice: no one
+
+
+@given(pattern=st.text(alphabet="ab*?", max_size=10), value=st.text(alphabet="ab", max_size=10))
+def test_wildcards_match_as_iam_globs(pattern, value):
+    """``*`` any run, ``?`` one character, everything else itself: the same
+    answer as a regular expression built from the pattern."""
+    expected = re.fullmatch(
+        re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), value, re.DOTALL
+    )
+    assert policy._wildcard(pattern, value) == (expected is not None)
+
+
+def test_a_pattern_full_of_stars_is_decided_without_blowing_up():
+    """A regular expression of this resource backtracks for longer than any
+    request may take; the matcher walks it once per position."""
+    resource = "arn:" + "*a" * 200 + "*b"
+    text = doc(allow(Resource=resource))
+    assert not policy.allows(text, OTHER, "SendMessage", ARN + "a" * 60)
+    assert policy.allows(text, OTHER, "SendMessage", ARN + "a" * 200 + "b")
