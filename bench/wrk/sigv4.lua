@@ -148,6 +148,17 @@ end
 -- holding at least Host) and signs every header in it. `path` is the request
 -- path as sent ("/" for the SQS JSON protocol: no query string); `now` is
 -- seconds since the epoch (os.time()).
+-- A wrk request of SQS's JSON protocol running ``action`` with ``body``,
+-- signed by ``signer`` at ``when`` (epoch seconds) over every header it sends.
+function sigv4.sqs_request(signer, action, body, when)
+  local headers = signer:sign("POST", wrk.path, {
+    ["Host"] = wrk.headers["Host"],
+    ["Content-Type"] = "application/x-amz-json-1.0",
+    ["X-Amz-Target"] = "AmazonSQS." .. action,
+  }, body, when)
+  return wrk.format("POST", wrk.path, headers, body)
+end
+
 -- A batch answer's count of "Successful" entries (each holding ``field``), and
 -- whether any entry failed.
 function sigv4.batch_answer(body, field)

@@ -28,12 +28,7 @@ function init(args)
 end
 
 local function signed(action, body)
-  local headers = signer:sign("POST", wrk.path, {
-    ["Host"] = wrk.headers["Host"],
-    ["Content-Type"] = "application/x-amz-json-1.0",
-    ["X-Amz-Target"] = "AmazonSQS." .. action,
-  }, body, os.time())
-  return wrk.format("POST", wrk.path, headers, body)
+  return sigv4.sqs_request(signer, action, body, os.time())
 end
 
 function request()

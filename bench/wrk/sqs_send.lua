@@ -25,12 +25,7 @@ function init(args)
 end
 
 function request()
-  local headers = signer:sign("POST", wrk.path, {
-    ["Host"] = wrk.headers["Host"],
-    ["Content-Type"] = "application/x-amz-json-1.0",
-    ["X-Amz-Target"] = "AmazonSQS.SendMessageBatch",
-  }, body, sign_at or os.time())
-  local bytes = wrk.format("POST", wrk.path, headers, body)
+  local bytes = sigv4.sqs_request(signer, "SendMessageBatch", body, sign_at or os.time())
   if show then
     local file = assert(io.open(show, "wb"))
     file:write(bytes)

@@ -310,19 +310,24 @@ def attribute_values(
     return {name: values[name] for name in names if name in values}
 
 
-def same_attribute(
-    meta: QueueMeta, name: object, value: object, place: Place, limits: MessageRules
-) -> bool:
-    """Whether a CreateQueue attribute ``name`` = ``value`` is what the existing
-    queue ``meta`` has: compared by meaning (numbers as numbers, booleans in any
-    case, JSON documents parsed, an empty value as an absent one)."""
-    if name not in ALL_NAMES or name in READ_ONLY:
-        raise SQSError("InvalidAttributeName", f"Unknown Attribute {name}.")
-    if not isinstance(value, str):
-        return False
-    current = attribute_values(meta, {"All"}, place, limits, {}).get(name, "")
-    if name == "FifoQueue":
-        current = "true" if meta.fifo else "false"
+def differing_attribute(
+    meta: QueueMeta, given: Mapping, place: Place, limits: MessageRules
+) -> str | None:
+    """The first CreateQueue attribute in ``given`` whose value is not what the
+    existing queue ``meta`` has, compared by meaning (numbers as numbers,
+    booleans in any case, JSON documents parsed, an empty value as an absent
+    one); None when every one is the same."""
+    values = attribute_values(meta, {"All"}, place, limits, {})
+    values["FifoQueue"] = "true" if meta.fifo else "false"
+    for name, value in given.items():
+        if name not in ALL_NAMES or name in READ_ONLY:
+            raise SQSError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if not (isinstance(value, str) and _same(name, value, values.get(name, ""))):
+            return name
+    return None
+
+
+def _same(name: str, value: str, current: str) -> bool:
     if name in ("RedrivePolicy", "Policy", "RedriveAllowPolicy"):
         return _document(value) == _document(current)
     if current.isdigit() and value.isascii() and value.isdigit():

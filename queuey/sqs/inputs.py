@@ -8,6 +8,7 @@ import binascii
 import re
 from collections.abc import Mapping
 
+from queuey.sqs import handles
 from queuey.sqs import queues as qs
 from queuey.sqs.errors import SQSError, invalid, missing
 
@@ -56,10 +57,7 @@ def receipt(params: Mapping) -> str:
     if receipt is None:
         raise missing("ReceiptHandle")
     if not isinstance(receipt, str) or not receipt:
-        raise SQSError(
-            "ReceiptHandleIsInvalid",
-            f'The input receipt handle "{str(receipt)[:1024]}" is not a valid receipt handle.',
-        )
+        raise handles.invalid(str(receipt))
     return receipt
 
 

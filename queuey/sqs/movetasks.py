@@ -45,6 +45,7 @@ from queuey.errors import QueueNotFound, ServiceError
 from queuey.model import AttributesChanged, MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import partition_for_key
 from queuey.sqs.errors import SQSError, invalid
+from queuey.sqs.queues import no_such_queue
 from queuey.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class MoveTasks:
         try:
             source = self.queues.fresh(source.application, source.name)
         except QueueNotFound:
-            raise SQSError("QueueDoesNotExist", "The specified queue does not exist.") from None
+            raise no_such_queue() from None
         previous = source.attributes.get(KEY)
         if self._running(self._state(source)):
             raise _already_running()

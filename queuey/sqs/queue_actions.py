@@ -81,13 +81,13 @@ class QueueActions(Actions):
     def _existing(self, caller: Caller, meta: QueueMeta, given: Mapping) -> dict:
         """CreateQueue of a queue that exists: its URL when every attribute given
         has the value the queue has (attributes not given are not compared)."""
-        for name, value in given.items():
-            if not qa.same_attribute(meta, name, value, caller.place, self.limits):
-                raise SQSError(
-                    "QueueNameExists",
-                    "A queue already exists with the same name and a different value for "
-                    f"attribute {name}",
-                )
+        name = qa.differing_attribute(meta, given, caller.place, self.limits)
+        if name is not None:
+            raise SQSError(
+                "QueueNameExists",
+                "A queue already exists with the same name and a different value for "
+                f"attribute {name}",
+            )
         return {"QueueUrl": caller.place.url(meta.name)}
 
     def get_queue_url(self, caller: Caller, params: dict) -> dict:

@@ -81,9 +81,9 @@ class Place:
     def url(self, stored: str) -> str:
         return f"{self.base_url}/{self.account_id}/{_sqs_name(stored)}"
 
-    def arn(self, stored: str, account_id: str | None = None) -> str:
+    def arn(self, stored: str) -> str:
         region, _, name = stored.rpartition(REGION_SEPARATOR)
-        return f"arn:aws:sqs:{region or self.home_region}:{account_id or self.account_id}:{name}"
+        return f"arn:aws:sqs:{region or self.home_region}:{self.account_id}:{name}"
 
     def locate(self, url: object) -> tuple[str, str]:
         """The account and stored queue name a ``QueueUrl`` names: a URL (or its
