@@ -168,11 +168,8 @@ def _stored_value(name: str, value: str, place: Place, limits: MessageRules) -> 
 
 
 def _json_object(name: str, value: str) -> dict:
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        raise invalid_attribute(name) from exc
-    if not isinstance(parsed, dict):
+    parsed = policy.document(value)
+    if parsed is None:
         raise invalid_attribute(name)
     return parsed
 
@@ -187,13 +184,10 @@ def invalid_redrive_policy(value: str, reason: str) -> SQSError:
 def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
     if value == "":
         return {"max_attempts": 0, "dead_letter_queue": None}
-    try:
-        policy = json.loads(value)
-    except ValueError:
-        policy = None
-    if not isinstance(policy, dict):
+    redrive = policy.document(value)
+    if redrive is None:
         raise invalid_redrive_policy(value, "Redrive policy is not a valid JSON map.")
-    unknown = set(policy) - {"deadLetterTargetArn", "maxReceiveCount"}
+    unknown = set(redrive) - {"deadLetterTargetArn", "maxReceiveCount"}
     if unknown:
         raise invalid_redrive_policy(
             value,
@@ -201,9 +195,9 @@ def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
             f"maxReceiveCount]. Found: {sorted(unknown)[0]}.",
         )
     for needed in ("deadLetterTargetArn", "maxReceiveCount"):
-        if needed not in policy:
+        if needed not in redrive:
             raise invalid_redrive_policy(value, f"Redrive policy must contain {needed}.")
-    count = policy["maxReceiveCount"]
+    count = redrive["maxReceiveCount"]
     text = str(count)
     if (
         isinstance(count, bool)
@@ -215,7 +209,7 @@ def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
             f"Invalid value for maxReceiveCount: {text[:40]}, valid values are from 1 to 1000 "
             "both inclusive.",
         )
-    arn = policy["deadLetterTargetArn"]
+    arn = redrive["deadLetterTargetArn"]
     match = ARN.match(arn) if isinstance(arn, str) else None
     if match is None:
         raise invalid_redrive_policy(value, "Invalid value for deadLetterTargetArn.")
@@ -339,11 +333,10 @@ def _document(text: str) -> object:
     """A JSON attribute's meaning: its parsed value, numbers in strings as numbers."""
     if not text:
         return None
-    try:
-        value = json.loads(text)
-    except ValueError:
+    value = policy.document(text)
+    if value is None:
         return text
-    if isinstance(value, dict) and isinstance(value.get("maxReceiveCount"), str):
+    if isinstance(value.get("maxReceiveCount"), str):
         count = value["maxReceiveCount"]
         value["maxReceiveCount"] = int(count) if count.isdigit() else count
     return value

@@ -418,7 +418,7 @@ def _parse_handle(handle: object) -> tuple[str, str, str] | None:
         return None
     try:
         found = json.loads(base64.urlsafe_b64decode(handle.encode("ascii")))
-    except (binascii.Error, ValueError, UnicodeError):
+    except (binascii.Error, ValueError, UnicodeError, RecursionError):
         return None
     if not (isinstance(found, list) and len(found) == 3 and all(isinstance(x, str) for x in found)):
         return None
