@@ -58,7 +58,9 @@ class TestApps:
         return {"X-Application-Name": self.remote_app, "ApplicationKey": REMOTE_KEY}
 
 
-def write_applications(path: Path, apps: TestApps) -> Path:
+def write_applications(path: Path, apps: TestApps, remote_on_loopback: bool = False) -> Path:
+    """The applications file; ``remote_on_loopback``: the remote application
+    may call from loopback too (tests of a queue it shares with the other)."""
     sha = hashlib.sha256(ROTATED_KEY.encode()).hexdigest()
     text = APPLICATIONS_INI.format(
         app=apps.app,
@@ -69,6 +71,8 @@ def write_applications(path: Path, apps: TestApps) -> Path:
         sqs_secret=SQS_SECRET,
         remote_sqs_secret=REMOTE_SQS_SECRET,
     )
+    if remote_on_loopback:
+        text = text.replace("allow = 10.0.0.0/8", "allow = 127.0.0.0/8, ::1/128")
     path.write_text(text, encoding="utf-8")
     return path
 

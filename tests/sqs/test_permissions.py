@@ -22,10 +22,7 @@ INVALID_POLICY = "Invalid value for the parameter Policy."
 
 @pytest.fixture
 def applications_file(tmp_path, test_apps):
-    path = write_applications(tmp_path / "applications.ini", test_apps)
-    text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace("allow = 10.0.0.0/8", "allow = 127.0.0.0/8, ::1/128"))
-    return path
+    return write_applications(tmp_path / "applications.ini", test_apps, remote_on_loopback=True)
 
 
 @pytest.fixture
