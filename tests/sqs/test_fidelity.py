@@ -486,3 +486,21 @@ def test_visibility_is_capped_at_twelve_hours_from_the_receive(make_live_server,
         assert "Messages" not in client.receive_message(QueueUrl=url)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("ini", ["development.ini", "production.ini"])
+def test_the_shipped_configuration_takes_sqs_largest_message(ini):
+    """``make serve`` and production serve what SQS clients send since 2025: a
+    1 MiB message, in a request the SQS endpoint's body limit lets through."""
+    from pathlib import Path
+
+    from pyramid.paster import get_appsettings
+
+    from queuey.settings import load_settings
+    from queuey.sqs.views import request_limit
+
+    path = Path(__file__).resolve().parents[2] / ini
+    settings = load_settings(dict(get_appsettings(str(path))), environ={})
+    assert settings.max_message_size >= MIB
+    # A 1 MiB body sent by the query protocol, every byte percent-escaped.
+    assert request_limit(settings.max_message_size) >= 3 * MIB
