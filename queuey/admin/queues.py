@@ -130,9 +130,15 @@ def queue_page(request, meta: QueueMeta, **extra):
     figures = figures_of(request, meta)
     history = overview.history(meta.application, meta.name)
     now = request.clock.now_micros()
+    filters = {
+        s.subscription: s.filter.text
+        for s in request.services.subscriptions.settings(meta)
+        if s.filter
+    }
     return {
         "meta": meta,
         "figures": figures,
+        "filters": filters,
         "charts": charts(history, now),
         "now": now,
         "post": extra.get("post", {"body": '{\n  "hello": "world"\n}'}),

@@ -22,6 +22,7 @@ from cassandra.cluster import ResponseFuture
 from queuey import ids
 from queuey.errors import StorageUnavailable
 from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
+from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
 from queuey.storage.cassandra.leasetable import LeaseTable
@@ -78,6 +79,17 @@ class ReserveCall:
         #: Scans kept by this process (an owner's), or None (read every time).
         self.kept: ScanCache | None = table.scans
         self.now = 0  # the call's clock (microseconds), set by run
+        #: The subscription's filter, or None (it takes every message).
+        self.accept = accepts(queue, sub)
+
+    def _takes(self, q: int, msg: Message) -> bool:
+        """Whether the scan of priority ``q`` may hand ``msg`` out: its own
+        priority (the priority-0 scan walks over the others) and, for a
+        filtered subscription, a message the filter takes. The positions
+        move over every other row (:func:`.leases.advance`)."""
+        if q == 0 and msg.priority > 0:
+            return False
+        return self.accept is None or self.accept(msg)
 
     def run(self, ask: ReserveAsk) -> Reserved:
         queue, limit, now_micros = self.queue, ask.limit, ask.now_micros
@@ -201,7 +213,7 @@ class ReserveCall:
             exhausted = complete
             fresh = 0
             for msg in found:
-                relevant = q > 0 or msg.priority == 0
+                relevant = self._takes(q, msg)
                 rows.append((msg.id, relevant))
                 if relevant and msg.id not in view.state.by_message:
                     view.fresh.append(msg)
@@ -226,7 +238,7 @@ class ReserveCall:
         # since then a delayed message may have fallen due after it).
         fresh = 0
         for m in scan.after(state.positions.get(q), now):
-            if (q > 0 or m.priority == 0) and m.id not in state.by_message:
+            if self._takes(q, m) and m.id not in state.by_message:
                 fresh += 1
                 if fresh >= need:
                     return scan
@@ -256,7 +268,7 @@ class ReserveCall:
         fresh = 0
         for msg in reader.messages():
             found.append(msg)
-            if (q > 0 or msg.priority == 0) and msg.id not in state.by_message:
+            if self._takes(q, msg) and msg.id not in state.by_message:
                 fresh += 1
             if (self.kept is None and fresh >= need) or len(found) >= cap:
                 complete = False

@@ -7,12 +7,15 @@ both): never off by more than the messages that changed meanwhile. The cost is
 a scan of the ids (no bodies) of every live message per queue partition, and
 per subscription of the ids after its positions plus one read per message
 handed out and unfinished; each scan stops at :data:`COUNT_CAP` rows per queue
-partition, beyond which a count is a lower bound.
+partition, beyond which a count is a lower bound. A filtered subscription
+(:mod:`queuey.model.subscriptions`) reads the messages after its positions
+whole, to count only those its filter takes.
 """
 
 from __future__ import annotations
 
 from queuey.model import PartitionStats, QueueMeta, QueueStats, ReadQuery, SubscriptionStats
+from queuey.model.subscriptions import accepts
 from queuey.storage.cassandra.leases import CLAIMED, FINISHED, LEASED, RELEASED
 from queuey.storage.cassandra.leasetable import LeaseTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan, hidden
@@ -34,7 +37,9 @@ def _reader(
     after,
     now: int,
     delayed_too: bool,
+    full: bool = False,
 ) -> PartitionReader | None:
+    """Reads ids only, or whole messages when ``full`` (a filter needs the attributes)."""
     query = ReadQuery(
         partitions=[partition], now_micros=now, limit=COUNT_PAGE, order="ascending", after_id=after
     )
@@ -42,8 +47,10 @@ def _reader(
     if plan is None:
         return None
     if priority == 0:
-        return PartitionReader(plan, partition, c.st.message_ids)
-    return PartitionReader(plan, partition, c.st.priority_ids, (priority,))
+        return PartitionReader(plan, partition, c.st.messages if full else c.st.message_ids)
+    return PartitionReader(
+        plan, partition, c.st.priority if full else c.st.priority_ids, (priority,)
+    )
 
 
 def _started(readers: list) -> list:
@@ -120,6 +127,7 @@ def _subscription(
         nonlocal oldest
         oldest = ts if oldest is None else min(oldest, ts)
 
+    accept = accepts(queue, sub)
     scans = []
     for p in parts:
         state = states[p]
@@ -138,7 +146,8 @@ def _subscription(
                 seen(s.timestamp)
         for q in used[p]:
             after = state.positions.get(q)
-            scans.append((state, q, _reader(table, c, queue, p, q, after, now, True)))
+            reader = _reader(table, c, queue, p, q, after, now, True, accept is not None)
+            scans.append((state, q, reader))
     _started([r for _, _, r in scans])
     for state, q, reader in scans:
         if reader is None:
@@ -147,6 +156,8 @@ def _subscription(
             if count >= COUNT_CAP:
                 break
             if (q == 0 and msg.priority > 0) or msg.id in state.by_message:
+                continue
+            if accept is not None and not accept(msg):
                 continue
             if hidden(msg.id, now):
                 delayed += 1

@@ -22,6 +22,7 @@ from collections import defaultdict
 
 from queuey import ids
 from queuey.model import DeadLetter, Message, QueueMeta
+from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
 from queuey.storage.sqlite.leases import LEASE_KEY, new_tokens
@@ -112,6 +113,9 @@ def reserve(
     visible = max(now, last)
     chosen: list[_Row] = []
     passed: dict[int, tuple[int, bytes]] = {}
+    # Positions a filtered subscription walks past (messages it refuses).
+    skipped: dict[tuple[int, int], tuple[int, bytes]] = {}
+    accept = accepts(queue, subscription)
     # One index probe says whether the queue holds any message above
     # priority 0; without one, the nine per-priority walks are skipped.
     prioritised = conn.execute(_ANY_PRIORITY, (queue.incarnation,)).fetchone()
@@ -124,9 +128,9 @@ def reserve(
         after = [positions.get((part, priority), (-1, b"")) for part in parts]
         need = limit - len(chosen)
         found = (
-            _new(conn, queue, parts, after, priority, need, visible, now)
+            _new(conn, queue, parts, after, priority, need, (visible, now), accept, skipped)
             if priority
-            else _new_default(conn, queue, parts, after, need, visible, now, passed)
+            else _new_default(conn, queue, parts, after, need, visible, now, passed, accept)
         )
         chosen += found
     until = now + ask.visibility_timeout * ids.MICROS
@@ -139,7 +143,9 @@ def reserve(
     ]
     conn.executemany(_INSERT_LEASE, new_leases)
     for part, position in passed.items():
-        moved[(part, 0)] = max(moved.get((part, 0), position), position)
+        skipped[(part, 0)] = position
+    for place, position in skipped.items():
+        moved[place] = max(moved.get(place, position), position)
     conn.executemany(
         "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?, ?)",
         [
@@ -151,7 +157,7 @@ def reserve(
     letters = [_claim(conn, queue, subscription, row, claim_until) for row in dead]
     newest = max(
         [r.message.timestamp for r in chosen if r.state is None]
-        + [ts for ts, _ in passed.values()],
+        + [ts for ts, _ in skipped.values()],
         default=None,
     )
     if newest is not None and newest > last:
@@ -193,24 +199,58 @@ def _due(conn, queue, subscription, parts, limit, now):
     return due, dead
 
 
-def _new(conn, queue, parts, after, priority, need, visible, now) -> list[_Row]:
+def _new(conn, queue, parts, after, priority, need, instants, accept, skipped) -> list[_Row]:
     """Up to ``need`` messages of ``priority`` never handed out, oldest first
-    (``after``: each partition's position for this priority; ``visible``:
-    the newest timestamp this call may see, see :func:`.schema.last_ts`)."""
+    (``after``: each partition's position for this priority; ``instants``:
+    the newest timestamp this call may see, see :func:`.schema.last_ts`, and
+    now).
+
+    With a filter (``accept``) each partition's walk goes on past the
+    messages it refuses, up to :data:`SCAN_LIMIT` rows; ``skipped``
+    receives, per partition and priority, how far the position may move:
+    past refused messages, never past one taken but not chosen."""
+    visible, now = instants
     streams = []
+    walks: list[list[tuple[tuple[int, bytes], _Row | None]]] = []
     for part, (after_ts, after_tb) in zip(parts, after, strict=True):
         rows = conn.execute(
             _NEW,
-            (queue.incarnation, part, priority, after_ts, after_tb, visible, now, need),
-        ).fetchall()
-        streams.append([_Row(None, 0, "", row[0], row_to_message(row[1:])) for row in rows])
+            (queue.incarnation, part, priority, after_ts, after_tb, visible, now)
+            + ((need,) if accept is None else (SCAN_LIMIT,)),
+        )
+        taken: list[_Row] = []
+        walk: list[tuple[tuple[int, bytes], _Row | None]] = []
+        for row in rows:
+            message = row_to_message(row[1:])
+            if accept is None or accept(message):
+                taken.append(_Row(None, 0, "", row[0], message))
+                walk.append(((message.timestamp, row[0]), taken[-1]))
+                if len(taken) >= need:
+                    break
+            else:
+                walk.append(((message.timestamp, row[0]), None))
+        rows.close()
+        streams.append(taken)
+        walks.append(walk)
     if len(streams) == 1:
-        return streams[0]
-    merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
-    return list(merged)[:need]
+        chosen = streams[0]
+    else:
+        merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
+        chosen = list(merged)[:need]
+    if accept is not None:
+        ids_chosen = {id(r) for r in chosen}
+        for part, walk in zip(parts, walks, strict=True):
+            position = None
+            for place, row in walk:
+                if row is not None and id(row) not in ids_chosen:
+                    break
+                position = place
+            if position is not None:
+                skipped[(part, priority)] = position
+    return chosen
 
 
-def _new_default(conn, queue, parts, after, need, visible, now, passed) -> list[_Row]:
+def _new_default(conn, queue, parts, after, need, visible, now, passed, accept) -> list[_Row]:
     """Up to ``need`` priority-0 messages never handed out, oldest first.
 
     They are found by walking the primary key from each partition's
@@ -219,8 +259,9 @@ def _new_default(conn, queue, parts, after, need, visible, now, passed) -> list[
     merge consumes, so a reservation reads about ``need`` rows however many
     partitions it spans, and makes a message of only the rows it takes.
     Every priority-0 row consumed is taken, so each partition's position
-    may move to the last row consumed from it: rows of other priorities or
-    expired ones are walked over once, not on every call. ``passed``
+    may move to the last row consumed from it: rows of other priorities,
+    expired ones and those a filter (``accept``) refuses are walked over
+    once, not on every call. ``passed``
     receives those positions. A partition's walk stops after
     :data:`SCAN_LIMIT` rows (the next call goes on).
     """
@@ -241,7 +282,9 @@ def _new_default(conn, queue, parts, after, need, visible, now, passed) -> list[
         last[index] = row
         examined[index] += 1
         if row[6] == 0 and row[5] > now:
-            chosen.append(_Row(None, 0, "", row[0], row_to_message(row[1:])))
+            message = row_to_message(row[1:])
+            if accept is None or accept(message):
+                chosen.append(_Row(None, 0, "", row[0], message))
         following = cursors[index].fetchone() if examined[index] < SCAN_LIMIT else None
         if following is None:
             heapq.heappop(heap)

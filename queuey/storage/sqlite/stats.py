@@ -8,6 +8,8 @@ delayed message not yet due is counted in each subscription's ``delayed``.
 ``available`` counts messages never handed out plus those available again
 (including any due for dead-lettering); ``in_flight`` leases and dead-letter
 claims not yet ended; ``dead_lettered`` live messages finished as dead letters.
+A filtered subscription (:mod:`queuey.model.subscriptions`) counts, among the
+messages it has not reached yet, only those its filter takes.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 import sqlite3
 
 from queuey.model import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
+from queuey.model.subscriptions import Accept, accepts
 from queuey.storage.sqlite.database import Database
-from queuey.storage.sqlite.schema import last_ts
+from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
 
+_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 _NEW = (
     "SELECT COUNT(*), MIN(m.ts) FROM messages m LEFT JOIN positions s "
     "ON s.incarnation = m.incarnation AND s.subscription = ? AND s.partition = m.partition "
@@ -25,6 +29,10 @@ _NEW = (
     "WHERE m.incarnation = ? AND m.partition = ? AND m.ts <= ? AND m.expires > ? "
     "AND (s.ts IS NULL OR (m.ts, m.tiebreak) > (s.ts, s.tiebreak))"
 )
+#: The never-handed-out messages themselves, for a filtered subscription.
+_NEW_ROWS = _NEW.replace("COUNT(*), MIN(m.ts)", f"{_COLUMNS}")
+#: The messages not yet due, for a filtered subscription.
+_NOT_DUE_ROWS = f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND ts > ? AND expires > ?"
 _LEASES = (
     "SELECT l.state, l.visible_at <= ?, COUNT(*), MIN(l.ts) FROM leases l "
     "JOIN messages m ON m.incarnation = l.incarnation AND m.partition = l.partition "
@@ -92,8 +100,16 @@ def _subscription(
     available = in_flight = dead = 0
     delayed = not_due
     oldest = None
+    accept = accepts(queue, name)
+    if accept is not None:
+        not_due_rows = conn.execute(_NOT_DUE_ROWS, (queue.incarnation, visible, now))
+        delayed = _matching(not_due_rows, accept)[0]
     for part in queue.partition_numbers:
-        count, first = conn.execute(_NEW, (name, queue.incarnation, part, visible, now)).fetchone()
+        args = (name, queue.incarnation, part, visible, now)
+        if accept is None:
+            count, first = conn.execute(_NEW, args).fetchone()
+        else:
+            count, first = _matching(conn.execute(_NEW_ROWS, args), accept)
         available += count
         oldest = _min(oldest, first)
     for state, due, count, first in conn.execute(_LEASES, (now, queue.incarnation, name, now, now)):
@@ -109,3 +125,14 @@ def _subscription(
         else:
             in_flight += count
     return SubscriptionStats(name, available, in_flight, delayed, dead, oldest)
+
+
+def _matching(rows, accept: Accept) -> tuple[int, int | None]:
+    """How many of the message ``rows`` a filter takes, and the oldest's timestamp."""
+    count, oldest = 0, None
+    for row in rows:
+        message = row_to_message(row)
+        if accept(message):
+            count += 1
+            oldest = _min(oldest, message.timestamp)
+    return count, oldest

@@ -1,0 +1,126 @@
+"""Filtered subscriptions through HTTP, on both backends: a consumer sees only
+what its filter takes, its backlog counts only those, other subscriptions
+still get everything, and a bad filter is a 400 naming the part."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.web.calls import ack, batch, create, reserved
+
+
+def _settle(app, clock):
+    clock.advance(app.app.registry.queuey.settings.read_delay + 0.01)
+
+
+def _set_filter(app, queue, subscription, body, status=200):
+    return app.put_json(
+        f"/queue/{queue}/subscriptions/{subscription}", body, headers=app.auth, status=status
+    )
+
+
+def _stats(app, queue):
+    found = app.get(f"/queue/{queue}/stats", headers=app.auth).json
+    return {s["subscription"]: s for s in found["subscriptions"]}
+
+
+def _orders(n):
+    """``n`` messages cycling through colours, sizes and a region on some."""
+    colours = ["red", "green", "blue"]
+    entries = []
+    for i in range(n):
+        attributes = {"colour": colours[i % 3], "size": str(i)}
+        if i % 4 == 0:
+            attributes["region"] = f"eu-{i}"
+        entries.append({"body": {"n": i}, "attributes": attributes})
+    return entries
+
+
+def _drain(app, queue, subscription):
+    seen = []
+    while got := reserved(app, queue, subscription=subscription, limit=100):
+        seen += [m["body"]["n"] for m in got]
+        ack(app, queue, [m["receipt"] for m in got], subscription=subscription)
+    return sorted(seen)
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_filtered_subscription_gets_only_matches_and_counts_only_them(app, clock, partitions):
+    create(app, "orders", partitions=partitions)
+    flt = {"colour": ["red", {"prefix": "bl"}], "size": [{"numeric": [">=", 10, "<", 40]}]}
+    answer = _set_filter(app, "orders", "reds", {"filter": flt}).json
+    assert answer == {"status": "ok", "subscription": "reds", "filter": flt}
+    _set_filter(app, "orders", "europe", {"filter": {"region": [{"exists": True}]}})
+    _set_filter(app, "orders", "not-green", {"filter": {"colour": [{"anything-but": "green"}]}})
+    batch(app, "orders", _orders(60)[:30])
+    # High priorities walk a different path on both stores.
+    batch(app, "orders", [dict(e, priority=3) for e in _orders(60)[30:]])
+    _settle(app, clock)
+
+    expected_reds = [i for i in range(10, 40) if i % 3 in (0, 2)]
+    reserved(app, "orders", subscription="reds", limit=1)  # the subscription exists now
+    _settle(app, clock)
+    stats = _stats(app, "orders")
+    assert stats["reds"]["available"] + stats["reds"]["in_flight"] == len(expected_reds)
+    assert stats["reds"]["filter"] == flt
+
+    clock.advance(120)  # the first lease ends; it is taken again below
+    assert _drain(app, "orders", "reds") == expected_reds
+    assert _drain(app, "orders", "europe") == [i for i in range(60) if i % 4 == 0]
+    assert _drain(app, "orders", "not-green") == [i for i in range(60) if i % 3 != 1]
+    assert _drain(app, "orders", "default") == list(range(60))
+    stats = _stats(app, "orders")
+    assert (stats["reds"]["available"], stats["reds"]["in_flight"]) == (0, 0)
+    assert stats["default"]["filter"] is None
+
+    listed = app.get("/queue/orders/subscriptions", headers=app.auth).json["subscriptions"]
+    assert [s["subscription"] for s in listed] == ["europe", "not-green", "reds"]
+
+
+def test_removing_a_filter_lets_later_messages_through(app, clock):
+    create(app, "events")
+    _set_filter(app, "events", "audit", {"filter": {"kind": ["login"]}})
+    batch(app, "events", [{"body": {"n": 0}, "attributes": {"kind": "logout"}}])
+    _settle(app, clock)
+    assert reserved(app, "events", subscription="audit") == []
+    assert _set_filter(app, "events", "audit", {}).json["filter"] is None
+    batch(app, "events", [{"body": {"n": 1}, "attributes": {"kind": "logout"}}])
+    _settle(app, clock)
+    # n=0 was walked past under the filter; n=1 came after it was removed.
+    assert [m["body"]["n"] for m in reserved(app, "events", subscription="audit", limit=10)] == [1]
+    assert app.get("/queue/events/subscriptions", headers=app.auth).json["subscriptions"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "part"),
+    [
+        ({"filter": {}}, "filter"),
+        ({"filter": {"colour": []}}, "filter.colour"),
+        ({"filter": {"colour": [{"prefix": ""}]}}, "filter.colour[0].prefix"),
+        ({"filter": {"size": [{"numeric": [">", 5, "<", 1]}]}}, "filter.size[0].numeric"),
+        ({"filter": {"x": [{"regex": ".*"}]}}, "filter.x[0]"),
+        ({"filter": "colour=red"}, "filter"),
+    ],
+)
+def test_a_bad_filter_is_a_400_naming_the_part(sqlite_app, body, part):
+    app = sqlite_app
+    create(app, "orders")
+    errors = _set_filter(app, "orders", "reds", body, status=400).json["error_msg"]
+    assert list(errors) == [part] or part in errors, errors
+    assert app.get("/queue/orders/subscriptions", headers=app.auth).json["subscriptions"] == []
+
+
+def test_bounds_and_other_mistakes(sqlite_app):
+    app = sqlite_app
+    create(app, "orders")
+    res = _set_filter(app, "orders", "bad name!", {"filter": {"a": ["b"]}}, status=400)
+    assert "subscription" in res.json["error_msg"]
+    res = app.put("/queue/orders/subscriptions/reds", "x" * 70000, headers=app.auth, status=413)
+    assert res.json["status"] == "error"
+    for n in range(20):
+        _set_filter(app, "orders", f"s{n}", {"filter": {"a": [str(n)]}})
+    res = _set_filter(app, "orders", "one-more", {"filter": {"a": ["b"]}}, status=400)
+    assert "20" in res.json["error_msg"]["filter"]
+    _set_filter(app, "orders", "s3", {"filter": {"a": ["changed"]}})  # a change is not one more
+    _set_filter(app, "missing", "reds", {"filter": {"a": ["b"]}}, status=404)
+    app.put_json("/queue/orders/subscriptions/reds", {"filter": {"a": ["b"]}}, status=401)
