@@ -1,0 +1,256 @@
+"""The schedules page: the application's schedules, a create form, pause,
+resume and delete (after typing the name).
+
+A door only: the form's fields become the body ``POST /schedules`` takes
+(:func:`create_fields`) and go to :meth:`queuey.core.schedules.Schedules.create`,
+whose :class:`~queuey.core.messages.InvalidFields` are shown next to the
+fields they name. Times are shown in the schedule's own time zone, the one
+its cron fields are read in, with the distance from now.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from pyramid.httpexceptions import HTTPSeeOther
+from pyramid.view import view_config
+
+from queuey import jsonio
+from queuey.admin.errors import error_page
+from queuey.admin.helpers import age
+from queuey.core import cron
+from queuey.core.access import Permission
+from queuey.core.messages import InvalidFields
+from queuey.core.schedules import ScheduleConflict, TooManySchedules
+from queuey.errors import ScheduleExists, ScheduleNotFound
+from queuey.ids import MICROS
+from queuey.model.schedules import NAME
+from queuey.web.params import PayloadTooLarge
+
+TEMPLATE = "queuey.admin:templates/schedules.jinja2"
+#: The create form's fields about the schedule, in the API's names.
+SCHEDULE_FIELDS = ("name", "queue", "cron", "interval", "timezone", "start", "end", "missed")
+#: The template's fields (``message`` of the API's body), as the form names them.
+MESSAGE_FIELDS = ("body", "partition", "partition_key", "ttl", "priority", "delay", "attributes")
+#: Fields that hold numbers: sent as numbers when the text is a plain integer
+#: (the core refuses anything else, naming the field).
+NUMBER_FIELDS = {"interval", "start", "end", "partition", "ttl", "priority", "delay"}
+#: Fields that hold a time: seconds since the epoch or an ISO 8601 time.
+TIME_FIELDS = {"start", "end"}
+#: Fields that hold JSON text in the form.
+JSON_FIELDS = {"body", "attributes"}
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+#: Queue names offered as suggestions in the form (the field takes any name).
+SUGGESTED_QUEUES = 100
+
+
+def application_name(request) -> str:
+    return request.identity.application.name
+
+
+def create_fields(form: dict[str, str], max_size: int) -> tuple[dict, dict[str, str]]:
+    """The ``POST /schedules`` body a create form means, and the form's own errors.
+
+    Empty fields are left out (the API's defaults apply); a plain integer
+    becomes a number; ``start`` and ``end`` may also be ISO 8601 times;
+    ``body`` and ``attributes`` are JSON text, parsed with the API's limits
+    (``max_size`` bytes, depth, number sizes).
+    """
+    fields: dict = {}
+    message: dict = {}
+    errors: dict[str, str] = {}
+    zone = form.get("timezone", "").strip() or "UTC"
+    for name in (*SCHEDULE_FIELDS, *MESSAGE_FIELDS):
+        text = form.get(name, "").strip()
+        if not text:
+            continue
+        value: object = text
+        if name in JSON_FIELDS:
+            raw = text.encode("utf-8")
+            try:
+                if len(raw) > max_size:
+                    raise PayloadTooLarge(name, f"larger than {max_size} bytes")
+                value = jsonio.loads(raw)
+            except (PayloadTooLarge, jsonio.InvalidJSON, jsonio.NotJSON) as exc:
+                errors[name] = str(exc)
+                continue
+        elif name in NUMBER_FIELDS and _INTEGER.fullmatch(text):
+            value = int(text)
+        elif name in TIME_FIELDS:
+            try:
+                value = cron.instant(text, zone)
+            except ValueError as exc:
+                errors[name] = str(exc)
+                continue
+        (message if name in MESSAGE_FIELDS else fields)[name] = value
+    if "body" not in message and "body" not in errors:
+        errors["body"] = "give the message's body, as JSON"
+    fields["message"] = message
+    return fields, errors
+
+
+def form_field(key: str) -> str:
+    """The form field an error of the core names (``message.body`` -> ``body``)."""
+    return key.removeprefix("message.").removeprefix("message").lstrip(".") or "body"
+
+
+def zoned(epoch: int | None, zone: str) -> str:
+    """A tick's wall-clock time in ``zone`` (``-`` for none)."""
+    if epoch is None:
+        return "-"
+    try:
+        tz = ZoneInfo(zone)
+    except (KeyError, ValueError):  # stored before a tzdata change removed the zone
+        tz = ZoneInfo("UTC")
+    return datetime.fromtimestamp(epoch, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def relative(epoch: int | None, now: float) -> str:
+    """``in 3 min``, ``42 s ago``, ``now`` (empty for none)."""
+    if epoch is None:
+        return ""
+    seconds = epoch - now
+    if abs(seconds) < 1:
+        return "now"
+    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
+
+
+def page(request, values=None, errors=None, status: int = 200):
+    """The page's values: every schedule, and the create form (kept when refused)."""
+    app = application_name(request)
+    request.response.status = status
+    queues = request.storage.list_queues(app, SUGGESTED_QUEUES, None)
+    return {
+        "schedules": sorted(request.services.schedules.list(app), key=lambda s: s.name),
+        "queues": [meta.name for meta in queues],
+        "values": {"timezone": "UTC", "missed": "latest", "body": "{}", **(values or {})},
+        "errors": errors or {},
+        "now": request.clock.now_micros() / MICROS,
+        "zoned": zoned,
+        "relative": relative,
+        "confirm": None,
+    }
+
+
+def missing(request, name: str):
+    """The 404 page for a schedule name (any text: the page escapes it)."""
+    shown = name if len(name) <= 64 else name[:64] + "..."
+    return error_page(request, 404, "No such schedule", f"There is no schedule named {shown}.")
+
+
+@view_config(
+    route_name="admin.schedules",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer=TEMPLATE,
+)
+def schedule_list(request):
+    return page(request)
+
+
+@view_config(
+    route_name="admin.schedules",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer=TEMPLATE,
+    require_csrf=True,
+)
+def create_schedule(request):
+    form = {name: request.admin_form.get(name, "") for name in (*SCHEDULE_FIELDS, *MESSAGE_FIELDS)}
+    fields, errors = create_fields(form, request.services.settings.max_message_size)
+    if errors:
+        return page(request, form, errors, status=400)
+    try:
+        schedule = request.services.schedules.create(application_name(request), fields)
+    except InvalidFields as exc:
+        return page(request, form, {form_field(k): v for k, v in exc.errors.items()}, status=400)
+    except ScheduleExists:
+        said = f"a schedule named {fields.get('name')} exists already"
+        return page(request, form, {"name": said}, status=409)
+    except TooManySchedules as exc:
+        return page(request, form, {"name": str(exc)}, status=403)
+    request.session.flash(f"Created schedule {schedule.name}.")
+    return HTTPSeeOther(location=request.route_path("admin.schedules"))
+
+
+def one_schedule(view):
+    """A view of the schedule the path names, called as ``view(request, name)``:
+    a name no schedule can have, or no schedule of that name, is the 404 page."""
+
+    @functools.wraps(view)
+    def named(request):
+        name = request.matchdict["schedule"]
+        if not NAME.match(name):
+            return missing(request, name)
+        try:
+            return view(request, name)
+        except ScheduleNotFound:
+            return missing(request, name)
+
+    return named
+
+
+@view_config(
+    route_name="admin.schedule_pause",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    require_csrf=True,
+)
+@view_config(
+    route_name="admin.schedule_resume",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    require_csrf=True,
+)
+@one_schedule
+def pause_or_resume(request, name: str):
+    schedules = request.services.schedules
+    pausing = request.matched_route.name == "admin.schedule_pause"
+    try:
+        if pausing:
+            schedules.pause(application_name(request), name)
+        else:
+            schedules.resume(application_name(request), name)
+    except InvalidFields as exc:  # resuming a schedule whose queue is gone
+        request.session.flash(f"Schedule {name} was not resumed: {exc}", "error")
+    except ScheduleConflict as exc:
+        request.session.flash(f"Schedule {name} was not changed: {exc}", "error")
+    else:
+        request.session.flash(f"{'Paused' if pausing else 'Resumed'} schedule {name}.")
+    return HTTPSeeOther(location=request.route_path("admin.schedules"))
+
+
+def confirm_page(request, name: str, error: str | None = None, status: int = 200):
+    schedule = request.services.schedules.get(application_name(request), name)
+    request.response.status = status
+    return {"confirm": schedule, "error": error, "zoned": zoned, "relative": relative}
+
+
+@view_config(
+    route_name="admin.schedule_delete",
+    request_method="GET",
+    permission=Permission.MANAGE,
+    renderer=TEMPLATE,
+)
+@one_schedule
+def confirm_delete(request, name: str):
+    return confirm_page(request, name)
+
+
+@view_config(
+    route_name="admin.schedule_delete",
+    request_method="POST",
+    permission=Permission.MANAGE,
+    renderer=TEMPLATE,
+    require_csrf=True,
+)
+@one_schedule
+def delete_schedule(request, name: str):
+    if request.admin_form.get("confirm", "") != name:
+        return confirm_page(request, name, "Type the schedule's name to confirm.", status=400)
+    request.services.schedules.delete(application_name(request), name)
+    request.session.flash(f"Deleted schedule {name}.")
+    return HTTPSeeOther(location=request.route_path("admin.schedules"))

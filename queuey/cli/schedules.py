@@ -1,0 +1,220 @@
+"""``queuey schedules list|create|pause|resume|delete``: recurring messages.
+
+Each verb is one call of the client's schedule calls
+(:mod:`queuey.client.schedules`, the HTTP API's ``/schedules`` routes, see
+docs/schedules.rst), so it fails over and retries like every remote command. A
+create is not repeated once it may have reached the service (a lost answer
+says so); pause, resume and delete have the same effect when repeated.
+
+The service checks everything (cron syntax, time zone, bounds, the message
+template); a refusal is printed as the service words it, one line per field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from rich.table import Table
+
+from queuey.cli.arguments import positive
+from queuey.cli.errors import CommandError
+from queuey.cli.output import stdout_console
+from queuey.cli.remote import connect, connection_parent
+from queuey.client.errors import BadRequest, Conflict, NotFound
+from queuey.client.http import QueueyClient
+from queuey.core import cron
+
+#: The message template's options: flag, field of ``message``.
+MESSAGE_OPTIONS = ("partition", "partition_key", "ttl", "priority", "delay")
+
+
+@contextmanager
+def client_of(args: argparse.Namespace) -> Iterator[QueueyClient]:
+    """The client for one schedule call; a refusal becomes the service's words."""
+    with connect(args) as client:
+        try:
+            yield client
+        except (BadRequest, NotFound, Conflict) as exc:
+            if not exc.error_msg:
+                raise
+            lines = [f"{field}: {why}" for field, why in exc.error_msg.items()]
+            raise CommandError("\n  ".join(lines)) from exc
+
+
+def zone_info(zone: str) -> ZoneInfo:
+    """The zone ``zone`` names, UTC for a name this machine does not know (the
+    service checks the name and says what is wrong with it)."""
+    try:
+        return ZoneInfo(zone)
+    except (KeyError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def local_time(epoch: int | None, zone: str) -> str:
+    """``2026-12-01T09:00:00+01:00`` in the schedule's zone (``-`` for none)."""
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, zone_info(zone)).isoformat()
+
+
+def when_text(schedule: dict) -> str:
+    if schedule.get("cron"):
+        return schedule["cron"]
+    return f"every {schedule.get('interval')} s"
+
+
+def state_text(schedule: dict) -> str:
+    """``active``, ``paused``, ``stopped`` (by the service: its ``error`` says why) or ``ended``."""
+    return str(schedule.get("state", "-"))
+
+
+def summary(schedule: dict) -> str:
+    zone = schedule.get("timezone", "UTC")
+    return (
+        f"{schedule['name']} -> {schedule['queue']}, {when_text(schedule)} ({zone}), "
+        f"{state_text(schedule)}, next tick {local_time(schedule.get('next_tick'), zone)}"
+        + (f" ({schedule['error']})" if schedule.get("error") else "")
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        schedules = [asdict(s) for s in client.list_schedules()]
+    if args.json:
+        print(json.dumps(schedules, indent=2, ensure_ascii=False))
+        return 0
+    if not schedules:
+        print("(no schedules)")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for title in ("name", "queue", "when", "timezone", "next tick", "last tick"):
+        table.add_column(title)
+    table.add_column("posted", justify="right")
+    table.add_column("state")
+    for s in schedules:
+        zone = s.get("timezone", "UTC")
+        table.add_row(
+            s["name"],
+            s["queue"],
+            when_text(s),
+            zone,
+            local_time(s.get("next_tick"), zone),
+            local_time(s.get("last_tick"), zone),
+            str(s.get("posted", 0)),
+            state_text(s),
+        )
+    stdout_console().print(table)
+    return 0
+
+
+def json_option(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} is not JSON: {exc}", 2) from None
+
+
+def instant(text: str, option: str, zone: str) -> int:
+    """Epoch seconds of ``--start``/``--end`` (:func:`queuey.core.cron.instant`'s forms)."""
+    try:
+        return cron.instant(text, zone)
+    except ValueError as exc:
+        raise CommandError(f"{option} {exc}", 2) from None
+
+
+def create_body(args: argparse.Namespace) -> dict:
+    """The ``POST /schedules`` body the options give (absent options: the service's defaults)."""
+    message: dict[str, Any] = {"body": json_option(args.body, "--body")}
+    for name in MESSAGE_OPTIONS:
+        if getattr(args, name) is not None:
+            message[name] = getattr(args, name)
+    if args.attributes is not None:
+        message["attributes"] = json_option(args.attributes, "--attributes")
+    body: dict[str, Any] = {"name": args.name, "queue": args.queue, "message": message}
+    zone = args.timezone or "UTC"
+    for name, value in (
+        ("cron", args.cron),
+        ("interval", args.every),
+        ("timezone", args.timezone),
+        ("start", None if args.start is None else instant(args.start, "--start", zone)),
+        ("end", None if args.end is None else instant(args.end, "--end", zone)),
+        ("missed", args.missed),
+    ):
+        if value is not None:
+            body[name] = value
+    return body
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    body = create_body(args)
+    with client_of(args) as client:
+        made = client.create_schedule(body)
+    print("created " + summary(asdict(made)))
+    return 0
+
+
+def cmd_change(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        if args.action == "delete":
+            client.delete_schedule(args.name)
+            print(f"deleted schedule {args.name}")
+            return 0
+        change = client.pause_schedule if args.action == "pause" else client.resume_schedule
+        changed = change(args.name)
+    print(f"{args.action}d " + summary(asdict(changed)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("schedules", help="list, create, pause, resume or delete schedules")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    connection = connection_parent()
+
+    listing = actions.add_parser("list", help="the application's schedules", parents=[connection])
+    listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    listing.set_defaults(func=cmd_list)
+
+    create = actions.add_parser(
+        "create", help="post a message to a queue on a schedule", parents=[connection]
+    )
+    create.add_argument("name", metavar="NAME", help="1-64 letters, digits, '_' or '-'")
+    create.add_argument("--queue", required=True, metavar="Q", help="the queue to post to")
+    when = create.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="5 fields: minute hour day month weekday")
+    when.add_argument("--every", type=positive, metavar="SECONDS", help="a tick every SECONDS")
+    create.add_argument("--timezone", metavar="ZONE", help="IANA name for cron (default UTC)")
+    create.add_argument(
+        "--start", metavar="ISO", help="no tick before this time (default now; ISO or epoch)"
+    )
+    create.add_argument(
+        "--end", metavar="ISO", help="no tick after this time (default never; ISO or epoch)"
+    )
+    create.add_argument(
+        "--missed",
+        choices=("latest", "all"),
+        help="ticks missed while no node ran: post the latest once (default) or all",
+    )
+    create.add_argument("--body", required=True, metavar="JSON", help="the message's body")
+    create.add_argument("--attributes", metavar="JSON", help="the message's attributes")
+    create.add_argument("--partition", type=positive, metavar="N", help="default: random")
+    create.add_argument("--partition-key", metavar="KEY", help="hashed to a partition")
+    create.add_argument("--priority", type=int, metavar="N", help="0-9")
+    create.add_argument("--delay", type=int, metavar="SECONDS", help="delay each message")
+    create.add_argument("--ttl", type=int, metavar="SECONDS", help="default: the queue's")
+    create.set_defaults(func=cmd_create)
+
+    for action, text in (
+        ("pause", "stop posting until resumed"),
+        ("resume", "post again from the next tick (missed ticks are not posted)"),
+        ("delete", "delete the schedule (the messages it posted stay)"),
+    ):
+        verb = actions.add_parser(action, help=text, parents=[connection])
+        verb.add_argument("name", metavar="NAME")
+        verb.set_defaults(func=cmd_change)

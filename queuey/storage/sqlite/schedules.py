@@ -1,0 +1,87 @@
+"""Schedules on SQLite: one row per schedule in the ``schedules`` table.
+
+Every change after creation is a compare-and-set: ``UPDATE ... WHERE version
+= ?`` inside a write transaction, which holds the file's write lock, so of two
+processes (or API nodes on one file) changing the same schedule from the same
+version exactly one changes a row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from queuey.errors import ScheduleExists, ScheduleNotFound
+from queuey.model.schedules import (
+    CHANGEABLE_COLUMNS,
+    COLUMNS,
+    Schedule,
+    changeable_values,
+    from_row,
+    to_row,
+)
+from queuey.storage.sqlite.database import Database
+
+_COLUMNS = ", ".join(COLUMNS)
+_UPDATE = (
+    "UPDATE schedules SET "
+    + ", ".join(f"{column} = ?" for column in CHANGEABLE_COLUMNS)
+    + ", version = version + 1 WHERE application = ? AND name = ? AND version = ?"
+)
+
+
+class SqliteSchedules:
+    """The ``schedules`` table of one file."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def create(self, schedule: Schedule) -> Schedule:
+        stored = replace(schedule, version=1)
+        marks = ", ".join("?" for _ in COLUMNS)
+        with self._db.write() as conn:
+            added = conn.execute(
+                f"INSERT OR IGNORE INTO schedules ({_COLUMNS}) VALUES ({marks})", to_row(stored)
+            ).rowcount
+        if added != 1:
+            raise ScheduleExists(schedule.name)
+        return stored
+
+    def get(self, application: str, name: str) -> Schedule:
+        def run() -> Schedule:
+            row = (
+                self._db.reader()
+                .execute(
+                    f"SELECT {_COLUMNS} FROM schedules WHERE application = ? AND name = ?",
+                    (application, name),
+                )
+                .fetchone()
+            )
+            if row is None:
+                raise ScheduleNotFound(name)
+            return from_row(row)
+
+        return self._db.run(run)
+
+    def list(self, application: str) -> list[Schedule]:
+        def run() -> list[Schedule]:
+            rows = self._db.reader().execute(
+                f"SELECT {_COLUMNS} FROM schedules WHERE application = ? ORDER BY name",
+                (application,),
+            )
+            return [from_row(row) for row in rows]
+
+        return self._db.run(run)
+
+    def update(self, schedule: Schedule) -> Schedule | None:
+        with self._db.write() as conn:
+            key = (schedule.application, schedule.name, schedule.version)
+            changed = conn.execute(_UPDATE, (*changeable_values(schedule), *key)).rowcount
+        return replace(schedule, version=schedule.version + 1) if changed == 1 else None
+
+    def delete(self, application: str, name: str) -> None:
+        with self._db.write() as conn:
+            removed = conn.execute(
+                "DELETE FROM schedules WHERE application = ? AND name = ?", (application, name)
+            ).rowcount
+        if removed != 1:
+            raise ScheduleNotFound(name)
