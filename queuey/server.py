@@ -75,10 +75,18 @@ def close_app(app: Any) -> None:
     """Stop what building ``app`` started (threads, connections): ``pserve``
     builds one in its own process, which serves nothing once workers run."""
     registry = getattr(app, "registry", None)
-    if registry is None:
+    services = getattr(registry, "queuey", None)  # queuey.core.services.services_of
+    if services is None:
         return
-    for name in ("overview", "groups", "coordination", "storage"):
-        service = getattr(registry, name, None)
+    web = getattr(registry, "queuey_web", None)
+    # The threads first (they use the storage), the storage last.
+    for service in (
+        services.overview,
+        services.schedules,  # its ticker: the node's is the refresher process's
+        services.groups,
+        getattr(web, "coordination", None),
+        services.storage,
+    ):
         if service is not None:
             service.close()
 
