@@ -35,6 +35,8 @@ BENCHMARKS = [
     "scrape.py",
     "export.py",
     "isolation.py",
+    "spool.py",
+    "filters.py",
 ]
 SHARING = (
     "one box: each benchmark runs its servers (Queuey's granian workers, the "

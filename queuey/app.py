@@ -159,5 +159,6 @@ def main(global_config: dict | None = None, config: Configurator | None = None, 
         config.include("queuey.admin")
     config.scan("queuey.web")
     services.overview.start()  # the operators' refresher (not with queuey.stats.interval = 0)
+    services.schedules.ticker.start()  # not in workers, nor with queuey.schedules.interval = 0
     log.info("queuey ready: storage=%s", parsed.storage_backend)
     return FastPath(config.make_wsgi_app(), QueueyRequest)

@@ -31,6 +31,14 @@ class QueueExists(ServiceError):
     """A queue of that name exists already."""
 
 
+class ScheduleNotFound(ServiceError):
+    """The application has no schedule of that name."""
+
+
+class ScheduleExists(ServiceError):
+    """A schedule of that name exists already."""
+
+
 class InvalidUpdate(ServiceError):
     """A metadata change the queue cannot take (e.g. fewer partitions)."""
 

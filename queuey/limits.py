@@ -32,3 +32,7 @@ MAX_RECEIPTS = 100
 MAX_WAIT = 20
 #: Longest lease (``visibility_timeout``), seconds; the shortest is 1.
 MAX_VISIBILITY_TIMEOUT = 43200
+#: Most attributes of one message, longest attribute name and value.
+MAX_ATTRIBUTES = 10
+MAX_ATTRIBUTE_NAME = 128
+MAX_ATTRIBUTE_VALUE = 1024

@@ -57,6 +57,8 @@ DEFAULTS: dict[str, str] = {
     "queuey.stats.budget": "2",
     "queuey.stats.max_queues": "5000",
     "queuey.groups.root": "/queuey/groups",
+    "queuey.schedules.interval": "1",
+    "queuey.schedules.limit": "100",
     "queuey.admin.enabled": "true",
     "queuey.admin.secret": "",
     "queuey.admin.secure_cookie": "false",
@@ -166,6 +168,11 @@ class Settings:
     admin_secure_cookie: bool
     admin_session_seconds: int
     raw: Mapping[str, Any]
+    #: Seconds between the schedule ticker's passes (0: no ticker in this
+    #: process), and the most schedules one application may have
+    #: (:mod:`queuey.core.schedules`).
+    schedules_interval: float = 1.0
+    schedules_limit: int = 100
 
     @property
     def read_delay_micros(self) -> int:
@@ -287,6 +294,8 @@ def load_settings(
         admin_secure_cookie=_get(raw, "queuey.admin.secure_cookie", as_bool),
         admin_session_seconds=_get(raw, "queuey.admin.session_seconds", int, lambda v: v >= 60),
         raw=raw,
+        schedules_interval=_get(raw, "queuey.schedules.interval", float, lambda v: 0 <= v <= 60),
+        schedules_limit=_get(raw, "queuey.schedules.limit", int, lambda v: 0 <= v <= 10_000),
     )
     if not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")

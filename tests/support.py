@@ -141,10 +141,11 @@ def cassandra_settings_for(contact_points: list[str], port: int) -> dict[str, st
     }
 
 
-#: Tests run without the operators' refresher thread (queuey.core.overview): it would
-#: outlive the test's storage and read it while it closes. Tests of the
-#: refresher call ``Overview.refresh_pass`` or set the interval themselves.
-NO_REFRESHER = {"queuey.stats.interval": "0"}
+#: Tests run without the operators' refresher thread (queuey.core.overview) and
+#: the schedule ticker (queuey.core.schedules): they would outlive the test's
+#: storage and read it while it closes. Tests of them call
+#: ``Overview.refresh_pass`` / ``Schedules.tick`` or set the interval themselves.
+NO_REFRESHER = {"queuey.stats.interval": "0", "queuey.schedules.interval": "0"}
 
 
 def server_settings(request, applications_file, backend: str, sqlite_path) -> dict[str, str]:

@@ -14,7 +14,8 @@ Modules: :mod:`~queuey.admin.session` (sign-in and the session cookie),
 (formatting for templates), :mod:`~queuey.admin.chart` (the depth and rate
 charts), and one module of views per page family: :mod:`~queuey.admin.auth`,
 :mod:`~queuey.admin.queues`, :mod:`~queuey.admin.messages`,
-:mod:`~queuey.admin.dead_letters`, :mod:`~queuey.admin.groups`.
+:mod:`~queuey.admin.dead_letters`, :mod:`~queuey.admin.groups`,
+:mod:`~queuey.admin.schedules`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ ROUTES = [
     ("admin.delete", "/admin/queue/{name}/delete", "queuey.admin.resources.AdminQueueContext"),
     ("admin.dead", "/admin/queue/{name}/dead", "queuey.admin.resources.AdminQueueContext"),
     ("admin.redrive", "/admin/queue/{name}/redrive", "queuey.admin.resources.AdminQueueContext"),
+    ("admin.schedules", "/admin/schedules", "queuey.admin.resources.AdminContext"),
+    (
+        "admin.schedule_pause",
+        "/admin/schedules/{schedule}/pause",
+        "queuey.admin.resources.AdminContext",
+    ),
+    (
+        "admin.schedule_resume",
+        "/admin/schedules/{schedule}/resume",
+        "queuey.admin.resources.AdminContext",
+    ),
+    (
+        "admin.schedule_delete",
+        "/admin/schedules/{schedule}/delete",
+        "queuey.admin.resources.AdminContext",
+    ),
     # Last: any other path under /admin gets the HTML 404 page, not the API's JSON.
     ("admin.unknown", "/admin/*rest", "queuey.admin.resources.AdminContext"),
 ]
@@ -63,6 +80,10 @@ def includeme(config) -> None:
     # at most queuey.max_form_size, but the message form's, which carries a
     # message (percent-encoding takes up to 3 bytes a byte).
     add_body_limit(config, "admin.post", 3 * settings.max_message_size + settings.max_form_size)
+    # The new-schedule form carries its message's body too.
+    add_body_limit(
+        config, "admin.schedules", 3 * settings.max_message_size + settings.max_form_size
+    )
 
     config.include("pyramid_jinja2")
     config.add_static_view("admin/static", "queuey.admin:static", cache_max_age=3600)

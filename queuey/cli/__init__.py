@@ -13,6 +13,11 @@ Against a running Queuey, as one application (:mod:`queuey.cli.remote`):
     queuey export QUEUE -o FILE        every message as JSON lines (resumable)
     queuey import QUEUE -i FILE        post JSON lines back (resumable)
     queuey redrive QUEUE               move the queue's dead letters back
+    queuey schedules list|create|...   the application's recurring messages
+
+On a producer's machine (no service needed):
+
+    queuey spool status FILE           a spool file's figures (read-only)
 
 Each job is one module of this package with a ``register(subparsers)``
 function; :func:`main` turns every expected failure into one line on stderr
@@ -26,14 +31,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from queuey.cli import keys, peek, redrive, schema, stats, transfer
+from queuey.cli import keys, peek, redrive, schedules, schema, spool, stats, transfer
 from queuey.cli.errors import CommandError
 from queuey.cli.remote import describe
 from queuey.client.errors import ClientError
 from queuey.errors import ConfigurationError, ServiceError
 
 #: The modules that add a subcommand, in the order ``--help`` lists them.
-COMMANDS = (keys, schema, stats, peek, transfer, redrive)
+COMMANDS = (keys, schema, stats, peek, transfer, redrive, schedules, spool)
 
 
 def build_parser() -> argparse.ArgumentParser:

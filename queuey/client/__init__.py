@@ -13,7 +13,9 @@ through ZooKeeper and keeps each partition's checkpoint there
 ``ReserveWorker`` over the messages a work-queue subscription leases it
 (:mod:`queuey.client.worker`, ``queuey-worker -c worker.ini``). The work-queue
 calls (``reserve``, ``ack``, ``release``, ``extend``, ``stats``, ``redrive``)
-are in :mod:`~queuey.client.workqueue`.
+are in :mod:`~queuey.client.workqueue`, the schedule and subscription-filter
+calls in :mod:`~queuey.client.schedules`. ``Spool`` keeps a producer's messages
+in a local file until the service acknowledges them (:mod:`~queuey.client.spool`).
 """
 
 from queuey.client.assignment import assign
@@ -43,6 +45,9 @@ from queuey.client.models import (
     ReservedMessage,
     SubscriptionStats,
 )
+from queuey.client.schedules import ScheduleInfo
+from queuey.client.spool import Spool, SpoolFull, SpoolLocked, SpoolStats
+from queuey.client.spoolsend import Rejected
 from queuey.client.worker import ReserveStats, ReserveWorker, Worker, WorkerConfig, WorkerStats
 
 __all__ = [
@@ -62,11 +67,17 @@ __all__ = [
     "QueueStats",
     "ReceiptResult",
     "RedriveResult",
+    "Rejected",
     "QueueyClient",
     "ReceivedMessage",
     "ReserveStats",
     "ReserveWorker",
     "ReservedMessage",
+    "ScheduleInfo",
+    "Spool",
+    "SpoolFull",
+    "SpoolLocked",
+    "SpoolStats",
     "SubscriptionStats",
     "TooLarge",
     "Unauthorized",

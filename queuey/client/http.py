@@ -51,6 +51,7 @@ from queuey.client.models import (
 )
 from queuey.client.models import path_segment as _q
 from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, retry_after, retry_wait
+from queuey.client.schedules import ScheduleCalls
 from queuey.client.workqueue import WorkQueueCalls
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
@@ -58,7 +59,7 @@ from queuey.limits import DEFAULT_READ, MAX_READ
 log = logging.getLogger(__name__)
 
 
-class QueueyClient(WorkQueueCalls):
+class QueueyClient(WorkQueueCalls, ScheduleCalls):
     """A client of one Queuey application, talking to one or more API nodes.
 
     ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a

@@ -23,6 +23,8 @@ from queuey.core.metrics import Metrics
 from queuey.core.overview import Overview
 from queuey.core.queues import QueueCache, Queues
 from queuey.core.quotas import Quotas, load_quotas
+from queuey.core.schedules import Schedules
+from queuey.core.subscriptions import Subscriptions
 from queuey.core.workqueues import WorkQueues
 from queuey.model import QueueMeta
 from queuey.settings import Settings
@@ -54,8 +56,12 @@ class Services:
     quotas: Quotas
     long_polls: LongPolls
     workqueues: WorkQueues
+    #: Subscriptions' settings, their filters (:mod:`queuey.core.subscriptions`).
+    subscriptions: Subscriptions
     #: What operators see of every queue (:mod:`queuey.core.overview`).
     overview: Overview
+    #: Messages on a schedule and their ticker (:mod:`queuey.core.schedules`).
+    schedules: Schedules
     #: Consumer groups read from ZooKeeper (``None`` without ZooKeeper).
     groups: Groups | None
     #: The server's own directory, shared by its processes (``None``: serving alone).
@@ -163,7 +169,20 @@ def build_services(
             on_posted=posted,
             on_acked=acked,
         ),
+        subscriptions=Subscriptions(queues),
         overview=overview,
+        schedules=Schedules(
+            storage,
+            queues,
+            rules,
+            clock,
+            lambda queue, messages: services.workqueues.post(queue, messages),
+            application_names,
+            limit=settings.schedules_limit,
+            # One ticker per API node: in the process that measures queues,
+            # never in every worker (queuey.server).
+            interval=0 if role == "worker" else settings.schedules_interval,
+        ),
         groups=groups,
         shared_dir=shared_dir,
     )

@@ -49,6 +49,7 @@ from queuey.model import (
     ReceiptStatus,
     Reserved,
 )
+from queuey.model.schedules import Schedule
 
 
 class MetadataChanges(Protocol):
@@ -308,6 +309,34 @@ class Storage(abc.ABC):
         self, application: str, queue: str, consumer: str, checkpoints: Mapping[int, uuid.UUID]
     ) -> None:
         """Record checkpoints for the given partitions; others are left as they were."""
+
+    # -- schedules ------------------------------------------------------------
+    @abc.abstractmethod
+    def create_schedule(self, schedule: Schedule) -> Schedule:
+        """Store a new schedule as given, at ``version`` 1; raises
+        ``ScheduleExists`` if its application has one of that name."""
+
+    @abc.abstractmethod
+    def get_schedule(self, application: str, name: str) -> Schedule:
+        """The schedule, or ``ScheduleNotFound``."""
+
+    @abc.abstractmethod
+    def list_schedules(self, application: str) -> list[Schedule]:
+        """Every schedule of the application, ordered by name."""
+
+    @abc.abstractmethod
+    def update_schedule(self, schedule: Schedule) -> Schedule | None:
+        """Compare-and-set: store ``schedule``'s fields (all but its
+        application, name and creation time) at ``schedule.version + 1``, only
+        if the stored version is still ``schedule.version``. Returns what was
+        stored, or ``None`` when another change (from any process or API node)
+        came first or the schedule is gone. Of two callers holding the same
+        version, exactly one wins."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, application: str, name: str) -> None:
+        """Remove the schedule (a later :meth:`update_schedule` of it fails);
+        ``ScheduleNotFound`` if there is none."""
 
     # -- operations -----------------------------------------------------------
     @abc.abstractmethod

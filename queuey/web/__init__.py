@@ -11,6 +11,12 @@ ROUTES = [
     ("queue_release", "/queue/{name}/release", "queuey.web.resources.QueueContext"),
     ("queue_extend", "/queue/{name}/extend", "queuey.web.resources.QueueContext"),
     ("queue_stats", "/queue/{name}/stats", "queuey.web.resources.QueueContext"),
+    ("queue_subscriptions", "/queue/{name}/subscriptions", "queuey.web.resources.QueueContext"),
+    (
+        "queue_subscription",
+        "/queue/{name}/subscriptions/{subscription}",
+        "queuey.web.resources.QueueContext",
+    ),
     ("queue_redrive", "/queue/{name}/redrive", "queuey.web.resources.QueueContext"),
     ("queue_messages", "/queue/{name}/messages/{ids}", "queuey.web.resources.QueueContext"),
     (
@@ -18,6 +24,10 @@ ROUTES = [
         "/queue/{name}/checkpoints/{consumer}",
         "queuey.web.resources.QueueContext",
     ),
+    ("schedules", "/schedules", "queuey.web.resources.ApplicationContext"),
+    ("schedule", "/schedules/{schedule}", "queuey.web.resources.ApplicationContext"),
+    ("schedule_pause", "/schedules/{schedule}/pause", "queuey.web.resources.ApplicationContext"),
+    ("schedule_resume", "/schedules/{schedule}/resume", "queuey.web.resources.ApplicationContext"),
     ("heartbeat", "/__heartbeat__", None),
     ("lbheartbeat", "/__lbheartbeat__", None),
     ("version", "/__version__", None),

@@ -113,6 +113,7 @@ class SubscriptionStatsAnswer(Model):
     delayed: int
     dead_lettered: int
     oldest_available_timestamp: float | None
+    filter: dict[str, Any] | None = Field(None, description="its filter; counts are of matches")
 
 
 class StatsAnswer(Model):
@@ -124,12 +125,54 @@ class StatsAnswer(Model):
     subscriptions: list[SubscriptionStatsAnswer]
 
 
+class SubscriptionSetting(Model):
+    subscription: str
+    filter: dict[str, Any] | None = Field(description="null: it takes every message")
+
+
+class SubscriptionAnswer(SubscriptionSetting):
+    status: Literal["ok"]
+
+
+class SubscriptionsAnswer(Model):
+    status: Literal["ok"]
+    subscriptions: list[SubscriptionSetting] = Field(description="those with a filter")
+
+
 class RedriveAnswer(Model):
     status: Literal["ok"]
     moved: int = Field(description="reopened in the subscription they came from")
     reposted: int = Field(description="posted anew to the source queue (the original was gone)")
     skipped: int
     skipped_messages: dict[str, str] = Field(description="dead-letter message id -> why")
+
+
+class ScheduleInfo(Model):
+    name: str
+    queue: str
+    cron: str | None
+    interval: int | None
+    timezone: str
+    start: int | None
+    end: int | None
+    message: dict[str, Any] = Field(description="the template posted at each tick")
+    missed: Literal["latest", "all"]
+    paused: bool
+    state: Literal["active", "paused", "stopped", "ended"]
+    error: str | None = Field(description="why the service stopped it (state stopped)")
+    next_tick: int | None = Field(description="epoch seconds; null once ended")
+    last_tick: int | None
+    posted: int = Field(description="ticks posted")
+    created: int
+
+
+class Schedule(ScheduleInfo):
+    status: Literal["ok"]
+
+
+class ScheduleList(Model):
+    status: Literal["ok"]
+    schedules: list[ScheduleInfo] = Field(description="ordered by name")
 
 
 class CheckpointsAnswer(Model):
@@ -162,7 +205,11 @@ RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     ReleaseAnswer,
     ExtendAnswer,
     StatsAnswer,
+    SubscriptionAnswer,
+    SubscriptionsAnswer,
     RedriveAnswer,
+    Schedule,
+    ScheduleList,
     Heartbeat,
     Version,
 )

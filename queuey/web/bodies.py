@@ -51,6 +51,7 @@ API_LIMITS = {
     "queue_extend": "max_message_size",
     "queue_redrive": "max_message_size",
     "queue_checkpoints": "max_message_size",
+    "schedules": "max_message_size",  # a schedule holds a message template
 }
 
 #: Bytes read from the server's input at a time.

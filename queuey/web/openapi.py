@@ -20,7 +20,8 @@ from pyramid.view import view_config
 from queuey.web.answers import RESPONSE_MODELS
 from queuey.web.health import release
 from queuey.web.responses import json_response
-from queuey.web.schemas import PATH_PARAMS, Models
+from queuey.web.schedules import CreateSchedule
+from queuey.web.schemas import PATH_PARAMS, Models, SubscriptionSettings
 from queuey.web.state import web_state_of
 
 #: Queues the description's examples name; the schemathesis test creates them
@@ -33,9 +34,9 @@ ERRORS = {
     401: "missing or unknown application; missing or wrong key (also for a queue "
     "that does not exist, when the caller may not read private queues)",
     403: "right key from an address outside the application's allowlist",
-    404: "no such queue",
+    404: "no such queue (or schedule, on /schedules)",
     405: "method not allowed here; see Allow",
-    409: "a queue of that name exists",
+    409: "a queue (or schedule) of that name exists; a schedule changed meanwhile",
     413: "the body, a message or the batch is too large",
     415: "the body is not JSON",
     503: "storage unavailable; see Retry-After",
@@ -259,6 +260,21 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
                 _responses(200, "StatsAnswer", QUEUE_ERRORS),
             )
         },
+        "/queue/{name}/subscriptions": {
+            "get": _operation(
+                "The queue's subscriptions that have a filter",
+                keyed + _path("name"),
+                _responses(200, "SubscriptionsAnswer", QUEUE_ERRORS),
+            )
+        },
+        "/queue/{name}/subscriptions/{subscription}": {
+            "put": _operation(
+                "Set a subscription's filter (a body without one removes it)",
+                keyed + _path("name", "subscription"),
+                _responses(200, "SubscriptionAnswer", QUEUE_ERRORS + BODY_ERRORS),
+                {"required": True, "content": _json(_schema(SubscriptionSettings))},
+            )
+        },
         "/queue/{name}/redrive": {
             "post": _operation(
                 "Move dead letters back to the queues they came from, oldest first; "
@@ -292,6 +308,45 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
                 _responses(200, "CheckpointsAnswer", QUEUE_ERRORS + BODY_ERRORS),
                 checkpoints_body,
             ),
+        },
+        "/schedules": {
+            "post": _operation(
+                "Create a schedule: a message posted to a queue once per tick",
+                keyed,
+                _responses(201, "Schedule", (400, 401, 403, 409, 413, 415, 503)),
+                {"required": True, "content": _json(_schema(CreateSchedule, components))},
+            ),
+            "get": _operation(
+                "List the application's schedules",
+                keyed,
+                _responses(200, "ScheduleList", (401, 403, 503)),
+            ),
+        },
+        "/schedules/{schedule}": {
+            "get": _operation(
+                "A schedule and its tick state",
+                keyed + _path("schedule"),
+                _responses(200, "Schedule", QUEUE_ERRORS),
+            ),
+            "delete": _operation(
+                "Delete a schedule (what it posted stays)",
+                keyed + _path("schedule"),
+                _responses(200, "Ok", QUEUE_ERRORS),
+            ),
+        },
+        "/schedules/{schedule}/pause": {
+            "post": _operation(
+                "Pause a schedule: no tick until it is resumed",
+                keyed + _path("schedule"),
+                _responses(200, "Schedule", QUEUE_ERRORS + (409,)),
+            )
+        },
+        "/schedules/{schedule}/resume": {
+            "post": _operation(
+                "Resume a schedule from now on (ticks missed while paused are not posted)",
+                keyed + _path("schedule"),
+                _responses(200, "Schedule", QUEUE_ERRORS + (409,)),
+            )
         },
         "/__heartbeat__": {
             "get": _operation(

@@ -38,6 +38,9 @@ from queuey.coerce import BOOLEAN_WORDS, as_bool
 from queuey.core.messages import MAX_DEDUP_ID, MAX_PRIORITY
 from queuey.limits import (
     DEFAULT_READ,
+    MAX_ATTRIBUTE_NAME,
+    MAX_ATTRIBUTE_VALUE,
+    MAX_ATTRIBUTES,
     MAX_PARTITION_KEY,
     MAX_READ,
     MAX_RECEIPTS,
@@ -45,7 +48,7 @@ from queuey.limits import (
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT,
 )
-from queuey.model import RECEIPT_PATTERN
+from queuey.model import RECEIPT_PATTERN, filters, schedules
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 #: A name that addresses an existing queue: besides the names this API
@@ -83,9 +86,6 @@ QUEUE_STATE_MESSAGES = (
 #: shares are in :mod:`queuey.limits`).
 MAX_ATTEMPTS = 1000
 MAX_RELEASE_DELAY = 43200
-MAX_ATTRIBUTES = 10
-MAX_ATTRIBUTE_NAME = 128
-MAX_ATTRIBUTE_VALUE = 1024
 #: Longest text taken as a receipt; anything up to it that is not one is
 #: answered ``unknown`` (a receipt is at most 79 characters).
 MAX_RECEIPT_TEXT = 200
@@ -342,6 +342,76 @@ class Redrive(Model):
     limit: Integer(1, MAX_READ, description="most dead letters moved") = MAX_READ
 
 
+def _filter_schema() -> dict[str, Any]:
+    """The shape of a subscription filter (:mod:`queuey.model.filters`) as JSON
+    Schema; the rules across its parts are :data:`FILTER_RULES_UNSTATED`."""
+    text = {"type": "string", "maxLength": filters.MAX_STRING}
+    word = {"type": "string", "minLength": 1, "maxLength": filters.MAX_STRING}
+    number = {"type": "number", "minimum": -filters.MAX_NUMBER, "maximum": filters.MAX_NUMBER}
+
+    def one(key: str, value: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {key: value},
+            "required": [key],
+            "additionalProperties": False,
+        }
+
+    def pair(ops: list[str]) -> list[dict[str, Any]]:
+        return [{"enum": ops}, number]
+
+    numeric = {
+        "type": "array",
+        "oneOf": [
+            {"prefixItems": pair(["=", ">", ">=", "<", "<="]), "minItems": 2, "maxItems": 2},
+            {"prefixItems": pair([">", ">="]) + pair(["<", "<="]), "minItems": 4, "maxItems": 4},
+        ],
+    }
+    values = {"type": "array", "items": {"oneOf": [text, number]}, "minItems": 1}
+    anything_but = {"oneOf": [text, number, values, one("prefix", word), one("suffix", word)]}
+    condition = {
+        "oneOf": [
+            text,
+            number,
+            one("prefix", word),
+            one("suffix", word),
+            one("numeric", numeric),
+            one("exists", {"type": "boolean"}),
+            one("anything-but", anything_but),
+        ]
+    }
+    return {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": filters.MAX_KEYS,
+        "propertyNames": word,
+        "additionalProperties": {
+            "type": "array",
+            "items": condition,
+            "minItems": 1,
+            "maxItems": filters.MAX_CONDITIONS,
+        },
+        "description": "a filter on message attributes (docs/api.rst, Filters)",
+    }
+
+
+#: The filter rules its JSON Schema (:func:`_filter_schema`) cannot state:
+#: sizes across its parts, decimal places, a range's bounds in order.
+FILTER_RULES_UNSTATED = (
+    r"must be at most \d+ bytes as compact JSON",
+    r"may have at most \d+ conditions in all",
+    r"may have at most \d+ decimal places",
+    r"the lower bound must be below the upper bound",
+    r"must be valid Unicode text",
+)
+
+
+class SubscriptionSettings(Model):
+    filter: dict[str, Any] = Field(
+        None, json_schema_extra=lambda schema: schema.update(_filter_schema())
+    )
+
+
 class DeleteQueue(Model):
     delete: Boolean = Field(True, description="false removes the messages, keeps the queue")
 
@@ -368,4 +438,6 @@ PATH_PARAMS: dict[str, dict[str, Any]] = {
         "description": "comma list of [partition:]message_id (partition defaults to 1)",
     },
     "consumer": {"type": "string", "pattern": CONSUMER_PATTERN},
+    "subscription": {"type": "string", "pattern": SUBSCRIPTION_PATTERN},
+    "schedule": {"type": "string", "pattern": schedules.NAME_PATTERN},
 }

@@ -100,6 +100,7 @@ def extend(request):
 def stats(request):
     meta = request.context.meta
     found = request.services.workqueues.stats(meta)
+    filters = {s.subscription: s.filter for s in request.services.subscriptions.settings(meta)}
     return ok(
         queue_name=meta.name,
         messages=found.messages,
@@ -120,6 +121,7 @@ def stats(request):
                 "delayed": s.delayed,
                 "dead_lettered": s.dead_lettered,
                 "oldest_available_timestamp": seconds_or_none(s.oldest_available_timestamp),
+                "filter": f.to_json() if (f := filters.get(s.subscription)) else None,
             }
             for s in found.subscriptions
         ],

@@ -6,11 +6,12 @@ import pytest
 
 from queuey.storage.cassandra import load_from_config
 from tests.storage.contract import StorageContract
+from tests.storage.schedules_contract import ScheduleContract
 from tests.storage.work_contract import WorkQueueContract
 
 
 @pytest.mark.cassandra
-class TestCassandraContract(StorageContract, WorkQueueContract):
+class TestCassandraContract(StorageContract, WorkQueueContract, ScheduleContract):
     """Both contracts on the real node; a fresh storage object (and id
     generator) per test so each test's ManualClock mints its ids."""
 

@@ -427,7 +427,7 @@ def test_upgrade_from_schema_version_1(settings, store, clock, monkeypatch):
         )
         applied = upgrade_schema(old)
         assert any("ALTER TABLE" in s for s in applied)
-        assert current_version(store.session, keyspace) == LATEST_VERSION == 6
+        assert current_version(store.session, keyspace) == LATEST_VERSION == 7
         upgraded = load_from_config(old, clock)
         try:
             queue = upgraded.get_queue("app", "old")

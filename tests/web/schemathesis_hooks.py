@@ -6,7 +6,12 @@ the schema; each is dropped only when it is exactly that case:
 * ST202 (valid request rejected) whose every error is a rule about the queue's
   current state (a partition the queue does not have, partitions shrinking)
   or ``partition`` together with ``partition_key`` (a rule across two query
-  parameters that OpenAPI cannot state). Any other 400 still fails the run.
+  parameters that OpenAPI cannot state), or whose every error is a filter
+  rule across a filter's parts (``FILTER_RULES_UNSTATED``: its size, decimal
+  places, a range's bounds in order), or, on ``POST /schedules``, whose every
+  error is a schedule rule a schema cannot state (``SCHEDULE_RULES_UNSTATED``:
+  the queue must exist, the cron grammar, zone names, the message rules
+  against the queue). Any other 400 still fails the run.
 * ST301 (deleted resource still available) after ``DELETE ?delete=false``,
   which purges the messages and keeps the queue (docs/api.rst); a real delete
   followed by a successful read still fails the run.
@@ -21,9 +26,12 @@ import re
 import schemathesis
 
 from queuey.coerce import as_bool
-from queuey.web.schemas import QUEUE_STATE_MESSAGES
+from queuey.web.schedules import SCHEDULE_RULES_UNSTATED
+from queuey.web.schemas import FILTER_RULES_UNSTATED, QUEUE_STATE_MESSAGES
 
 _STATE = [re.compile(pattern) for pattern in QUEUE_STATE_MESSAGES]
+_FILTER = [re.compile(pattern) for pattern in FILTER_RULES_UNSTATED]
+_SCHEDULE = [re.compile(pattern) for pattern in SCHEDULE_RULES_UNSTATED]
 #: queue name -> "purge" or "delete", the last successful DELETE of it.
 _LAST_DELETE: dict[str, str] = {}
 
@@ -42,15 +50,37 @@ def after_call(context, case, response) -> None:
     _LAST_DELETE[str(case.path_parameters["name"])] = "purge" if purge else "delete"
 
 
-def _only_state_errors(response) -> bool:
+def _errors(response) -> dict:
     if response.status_code != 400:
-        return False
+        return {}
     try:
         errors = json.loads(response.content)["error_msg"]
     except (ValueError, KeyError, TypeError):
-        return False
+        return {}
+    return errors if isinstance(errors, dict) else {}
+
+
+def _only_state_errors(response) -> bool:
+    errors = _errors(response)
     return bool(errors) and all(
         any(p.fullmatch(message) for p in _STATE) for message in errors.values()
+    )
+
+
+def _only_unstated_filter_rules(response) -> bool:
+    errors = _errors(response)
+    return bool(errors) and all(
+        field.startswith("filter") and any(p.fullmatch(message) for p in _FILTER)
+        for field, message in errors.items()
+    )
+
+
+def _only_unstated_schedule_rules(case, response) -> bool:
+    if case.operation.path != "/schedules":
+        return False
+    errors = _errors(response)
+    return bool(errors) and all(
+        any(p.fullmatch(message) for p in _SCHEDULE) for message in errors.values()
     )
 
 
@@ -69,6 +99,10 @@ def filter_failure(context, failure, case, response) -> bool:
     """True keeps the failure."""
     if failure.code == "ST202" and _only_state_errors(response):
         return _dropped(failure, response, "queue state")
+    if failure.code == "ST202" and _only_unstated_filter_rules(response):
+        return _dropped(failure, response, "filter rule across parts")
+    if failure.code == "ST202" and _only_unstated_schedule_rules(case, response):
+        return _dropped(failure, response, "schedule rule")
     if failure.code == "ST301":
         name = failure.free.rsplit("/", 1)[-1]
         if _LAST_DELETE.get(name) == "purge":

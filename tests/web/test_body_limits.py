@@ -39,6 +39,8 @@ FILL = {
     "name": "somequeue",
     "ids": "1:" + "0" * 32,
     "consumer": "someone",
+    "schedule": "someschedule",
+    "subscription": "somesubscription",
     "account": "123456789012",
     "queue": "somequeue",
     "rest": ("nothing",),

@@ -42,6 +42,7 @@ from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.counters import counter_of
 from queuey.storage.cassandra.owned import OwnedWorkQueue
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
+from queuey.storage.cassandra.schedules import CassandraSchedules
 from queuey.storage.cassandra.schema import LATEST_VERSION, apply_migrations, current_version
 from queuey.storage.cassandra.session import (
     P_META,
@@ -74,8 +75,8 @@ def _stored_refs(refs: Sequence[MessageRef]) -> list[MessageRef]:
     return [r for r in dict.fromkeys(refs) if r.id.version == 1]
 
 
-class CassandraStorage(Storage):
-    """Queuey's storage on Apache Cassandra.
+class CassandraStorage(CassandraSchedules, Storage):
+    """Queuey's storage on Apache Cassandra (schedules: :mod:`.schedules`).
 
     The connection is opened on first use (or by :meth:`connect`), so an API
     node starts while Cassandra is down and answers 503 until it is back.

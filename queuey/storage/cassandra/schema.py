@@ -185,6 +185,18 @@ def _v6(cfg: CassandraSettings) -> list[str]:
     ]
 
 
+def _v7(cfg: CassandraSettings) -> list[str]:
+    """Messages on a schedule (:mod:`.schedules`): one row each, by application."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {cfg.keyspace}.schedules ("
+        " application text, name text, queue text, cron text, interval_seconds int,"
+        " timezone text, start_at bigint, end_at bigint, message text, missed text,"
+        " paused boolean, next_tick bigint, last_tick bigint, posted bigint, error text,"
+        " created bigint, version bigint,"
+        " PRIMARY KEY ((application), name))"
+    ]
+
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Sequence[Migration] = (
     Migration(1, "queues, messages in time buckets, bucket index, checkpoints", _v1),
@@ -193,6 +205,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(4, "dedup claims record that their message was written", _v4),
     Migration(5, "lease generations (redrives)", _v5),
     Migration(6, "owned work queues: owners, members, lease state logs", _v6),
+    Migration(7, "schedules", _v7),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

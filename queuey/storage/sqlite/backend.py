@@ -31,6 +31,7 @@ from queuey.model import (
     ReceiptStatus,
     Reserved,
 )
+from queuey.model.schedules import Schedule
 from queuey.storage import Storage
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite.batches import BatchDeleter
@@ -39,6 +40,7 @@ from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
 from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
 from queuey.storage.sqlite.queues import QueueCatalog
+from queuey.storage.sqlite.schedules import SqliteSchedules
 from queuey.storage.sqlite.schema import migrate
 from queuey.storage.sqlite.stats import read_stats
 from queuey.storage.sqlite.sweeper import Sweeper
@@ -115,6 +117,7 @@ class SQLiteStorage(Storage):
         self._commits = GroupCommit(self._db, clock, dedup_window)
         self._queues = QueueCatalog(self._db, clock)
         self._work = SqliteWorkQueue(self._db)
+        self._schedules = SqliteSchedules(self._db)
         # A lambda, not the bound method: the sweep is looked up at each run.
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
@@ -295,6 +298,22 @@ class SQLiteStorage(Storage):
         checkpoints: Mapping[int, uuid.UUID],
     ) -> None:
         write_checkpoints(self._db, application, queue, consumer, checkpoints)
+
+    # -- schedules (:mod:`.schedules`) ----------------------------------------------
+    def create_schedule(self, schedule: Schedule) -> Schedule:
+        return self._schedules.create(schedule)
+
+    def get_schedule(self, application: str, name: str) -> Schedule:
+        return self._schedules.get(application, name)
+
+    def list_schedules(self, application: str) -> list[Schedule]:
+        return self._schedules.list(application)
+
+    def update_schedule(self, schedule: Schedule) -> Schedule | None:
+        return self._schedules.update(schedule)
+
+    def delete_schedule(self, application: str, name: str) -> None:
+        self._schedules.delete(application, name)
 
     # -- operations ---------------------------------------------------------------
     def ping(self) -> None:

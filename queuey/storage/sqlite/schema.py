@@ -17,7 +17,8 @@ above 0 are indexed by priority, so a default post costs no extra index entry
 :mod:`queuey.storage.sqlite.workqueue`). Version 3 adds FIFO queues and queue attributes; version 4
 the ``retired`` table (incarnations a purge or delete left behind, whose rows
 are still being removed in batches); version 5 the leases' ``generation``
-(drawn anew by each reopen, see :class:`queuey.model.DeadLetter`).
+(drawn anew by each reopen, see :class:`queuey.model.DeadLetter`); version 6
+the ``schedules`` table (:mod:`queuey.storage.sqlite.schedules`).
 
 The schema is created or migrated when a storage opens the file (inside a
 write transaction, so processes opening an old file at once migrate it once),
@@ -33,7 +34,7 @@ import uuid
 from queuey import ids
 from queuey.model import Message, QueueMeta
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 BASE = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -161,6 +162,31 @@ V5 = """
 ALTER TABLE leases ADD COLUMN generation TEXT NOT NULL DEFAULT ''
 """
 
+#: Version 5 to 6: messages on a schedule, one row each, changed by
+#: compare-and-set on ``version``.
+V6 = """
+CREATE TABLE IF NOT EXISTS schedules (
+    application TEXT NOT NULL,
+    name TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    cron TEXT,
+    interval_seconds INTEGER,
+    timezone TEXT NOT NULL,
+    start_at INTEGER,
+    end_at INTEGER,
+    message TEXT NOT NULL,
+    missed TEXT NOT NULL,
+    paused INTEGER NOT NULL,
+    next_tick INTEGER,
+    last_tick INTEGER,
+    posted INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    error TEXT,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (application, name)
+) WITHOUT ROWID
+"""
+
 #: The message columns :func:`row_to_message` reads, in its order.
 COLUMNS = "id, ts, partition, body, expires, priority, attributes"
 #: The queue columns :func:`row_to_queue` reads, in its order.
@@ -221,6 +247,10 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         for statement in _statements(V5):
             conn.execute(statement)
         applied.append("version 5: lease generations (redrives)")
+    if version < 6:
+        for statement in _statements(V6):
+            conn.execute(statement)
+        applied.append("version 6: schedules")
     if applied:
         conn.execute(
             "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",
