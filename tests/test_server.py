@@ -9,11 +9,13 @@ import queuey
 from queuey.server import close_app
 
 
-def _threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.is_alive()}
+#: The threads an app's parent process runs besides serving.
+NAMES = {"queuey-overview", "queuey-schedules"}
 
 
 def test_close_app_stops_the_refresher_the_ticker_and_the_storage(applications_file, tmp_path):
+    # Other tests' apps may have left threads of these names: this app's are the new ones.
+    before = set(threading.enumerate())
     app = queuey.main(
         {},
         **{
@@ -29,9 +31,10 @@ def test_close_app_stops_the_refresher_the_ticker_and_the_storage(applications_f
     closed = []
     real_close = storage.close
     storage.close = lambda: (closed.append(True), real_close())
-    assert {"queuey-overview", "queuey-schedules"} <= _threads()
+    mine = [t for t in threading.enumerate() if t not in before and t.name in NAMES]
+    assert {t.name for t in mine} == NAMES
 
     close_app(app)
 
-    assert not {"queuey-overview", "queuey-schedules"} & _threads()
+    assert [t.name for t in mine if t.is_alive()] == []
     assert closed == [True]

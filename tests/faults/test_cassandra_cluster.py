@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
+from cassandra import ConsistencyLevel
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import SimpleStatement
 
-from harness import cassandra, cassandra_config
+from harness import cassandra, cassandra_config, process
 from tests.faults.cassandra_support import (
     Figures,
     Traffic,
     api_settings,
     crash_under_load,
-    own_cassandra,
     serve,
 )
 from tests.faults.test_work_queue import assert_invariants, post_keys, queue_name, report
@@ -49,9 +53,53 @@ DEADLINE = 180.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Three nodes of our own on 127.0.0.1..3, started once for the module."""
-    with own_cassandra(3, tmp_path_factory.mktemp("cassandra-cluster"), PORTS) as cluster:
+    """Three nodes of our own on 127.0.0.1..3, started once for the module by the
+    harness (the same call ``make cassandra-cluster`` makes); at the end the
+    harness stops all three and leaves no process, pidfile or port behind."""
+    base = tmp_path_factory.mktemp("cassandra-cluster")
+    try:
+        cluster = cassandra.ensure_running(3, base_dir=base, **PORTS)
         yield cluster
+    finally:
+        stopped = cassandra.stop(3, base_dir=base)
+    assert stopped == 3
+    for st in cassandra.status(3, PORTS["port"], base_dir=base):
+        assert st.pid is None and not st.cql_ok
+        assert not st.node.pidfile.exists()
+        assert not process.port_open(st.node.address, st.node.native_port)
+
+
+def test_the_harness_cluster_replicates_at_consistency_all(cluster) -> None:
+    """The harness's cluster is three real replicas: a write and a read at
+    consistency ALL need every node's answer."""
+    assert cluster.contact_points == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert {"127.0.0.2", "127.0.0.3"} <= cassandra.peers_of(cluster.nodes[0])
+    assert all(cassandra.cql_answers(n) for n in cluster.nodes)
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc="datacenter1"))
+    client = Cluster(
+        contact_points=cluster.contact_points,
+        port=cluster.port,
+        protocol_version=cassandra.PROTOCOL_VERSION,
+        connection_class=cassandra.connection_class(),
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=policy, request_timeout=20)
+        },
+    )
+    try:
+        session = client.connect()
+        ks = f"harness_rf3_{uuid.uuid4().hex[:8]}"
+        session.execute(f"CREATE KEYSPACE {ks} WITH replication = {REPLICATION}")
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+        all_nodes = ConsistencyLevel.ALL
+        write = SimpleStatement(
+            f"INSERT INTO {ks}.t (k, v) VALUES (1, 'everywhere')", consistency_level=all_nodes
+        )
+        session.execute(write)
+        read = SimpleStatement(f"SELECT v FROM {ks}.t WHERE k = 1", consistency_level=all_nodes)
+        assert session.execute(read).one().v == "everywhere"
+        session.execute(f"DROP KEYSPACE {ks}")
+    finally:
+        client.shutdown()
 
 
 @pytest.fixture

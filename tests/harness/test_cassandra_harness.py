@@ -1,4 +1,5 @@
-"""The harness runs a real Cassandra: CQL, TTL expiry and a 3-node cluster work on it."""
+"""The harness runs a real Cassandra: CQL and TTL expiry work on it (its 3-node
+cluster is proven by tests/faults/test_cassandra_cluster.py, on that module's cluster)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import SimpleStatement
 
-from harness import cassandra, process
+from harness import cassandra
 
 pytestmark = pytest.mark.cassandra
 
@@ -84,46 +83,3 @@ def test_row_written_with_ttl_expires(session: Session, keyspace: str) -> None:
     while session.execute(select, ("key",)).one() is not None:
         assert time.monotonic() < deadline, "row outlived its 2 s TTL by more than 13 s"
         time.sleep(0.2)
-
-
-@pytest.mark.slow
-def test_three_node_cluster_replicates_at_consistency_all() -> None:
-    cluster = cassandra.ensure_running(3)
-    try:
-        assert cluster.contact_points == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-        assert {"127.0.0.2", "127.0.0.3"} <= cassandra.peers_of(cluster.nodes[0])
-        assert all(cassandra.cql_answers(n) for n in cluster.nodes)
-
-        client = _connect(
-            cluster.contact_points,
-            cluster.port,
-            TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc="datacenter1")),
-        )
-        try:
-            session = client.connect()
-            ks = f"harness_rf3_{uuid.uuid4().hex[:8]}"
-            session.execute(
-                f"CREATE KEYSPACE {ks} WITH replication = "
-                "{'class': 'SimpleStrategy', 'replication_factor': 3}"
-            )
-            session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
-            write = SimpleStatement(
-                f"INSERT INTO {ks}.t (k, v) VALUES (1, 'everywhere')",
-                consistency_level=ConsistencyLevel.ALL,
-            )
-            session.execute(write)
-            # ALL succeeds only if all three replicas acknowledged / answered.
-            read = SimpleStatement(
-                f"SELECT v FROM {ks}.t WHERE k = 1", consistency_level=ConsistencyLevel.ALL
-            )
-            assert session.execute(read).one().v == "everywhere"
-            session.execute(f"DROP KEYSPACE {ks}")
-        finally:
-            client.shutdown()
-    finally:
-        assert cassandra.stop(3) == 3
-
-    for st in cassandra.status(3):
-        assert st.pid is None and not st.cql_ok
-        assert not st.node.pidfile.exists()
-        assert not process.port_open(st.node.address, st.node.native_port)
