@@ -77,8 +77,3 @@ class Subscriptions:
             )
         self.queues.update(queue.application, queue.name, attributes_set={key: parsed.text})
         return SubscriptionSettings(subscription, parsed)
-
-    @staticmethod
-    def filter_of(queue: QueueMeta, subscription: str) -> Filter | None:
-        """``subscription``'s filter, for the doors that show it."""
-        return filters(queue).get(subscription)

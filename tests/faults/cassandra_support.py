@@ -39,6 +39,8 @@ def api_settings(
         **cassandra_settings_for(contact_points, port),
         # Readers hide the newest write timeout's worth of messages (invariant 2).
         "queuey.read_delay": "6",
+        # No schedules here: a ticker would outlive the test's storage.
+        "queuey.schedules.interval": "0",
         **extra,
     }
 
