@@ -124,6 +124,7 @@ def granian(
     refresher = Refresher(os.environ["QUEUEY_INI"])
     refresher.start()
     os.environ[ROLE_ENV] = "worker"
+    os.environ["QUEUEY_WORKERS"] = str(int(workers))
     log.info("granian on %s:%d, %s workers of %s threads", host, port, workers, threads)
     try:
         serve(host, port, int(workers), int(threads), int(backlog), as_bool(access_log))

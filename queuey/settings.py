@@ -59,6 +59,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.groups.root": "/queuey/groups",
     "queuey.schedules.interval": "1",
     "queuey.schedules.limit": "100",
+    "queuey.flow.fair_threshold": "100",
     "queuey.admin.enabled": "true",
     "queuey.admin.secret": "",
     "queuey.admin.secure_cookie": "false",
@@ -173,6 +174,9 @@ class Settings:
     #: (:mod:`queuey.core.schedules`).
     schedules_interval: float = 1.0
     schedules_limit: int = 100
+    #: Posts a group makes in a fair queue's window before it may count as
+    #: busy (:mod:`queuey.core.fairness`).
+    flow_fair_threshold: int = 100
 
     @property
     def read_delay_micros(self) -> int:
@@ -296,6 +300,9 @@ def load_settings(
         raw=raw,
         schedules_interval=_get(raw, "queuey.schedules.interval", float, lambda v: 0 <= v <= 60),
         schedules_limit=_get(raw, "queuey.schedules.limit", int, lambda v: 0 <= v <= 10_000),
+        flow_fair_threshold=_get(
+            raw, "queuey.flow.fair_threshold", int, lambda v: 1 <= v <= 1_000_000
+        ),
     )
     if not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")

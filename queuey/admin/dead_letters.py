@@ -14,8 +14,8 @@ from pyramid.view import view_config
 
 from queuey.admin.messages import PAGE, read_page
 from queuey.core.access import Permission
-from queuey.core.workqueues import own_attributes
 from queuey.errors import QueueNotFound
+from queuey.model.work import own_attributes
 from queuey.web.params import InvalidParameters, query, validate
 from queuey.web.responses import timestamp_json
 

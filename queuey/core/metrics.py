@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from queuey.model import QueueMeta
+
 #: The series of the backend's requests (``_total`` added on exposition); the
 #: Cassandra backend's process-wide counter has the same name
 #: (:mod:`queuey.storage.cassandra.counters`).
@@ -84,6 +86,12 @@ class Metrics:
             "Messages moved to a dead-letter queue",
             registry=self.registry,
         )
+        self.flow_throttled = Counter(
+            "queuey_flow_throttled",
+            "Posts refused and reserves answered short by flow control, by setting",
+            ["application", "queue", "kind"],
+            registry=self.registry,
+        )
         self.reserve_waiting = Gauge(
             "queuey_reserve_waiting",
             "Reserve calls long-polling now",
@@ -105,6 +113,10 @@ class Metrics:
         """Expose ``collector`` here and beside the workers' summed metrics."""
         self.registry.register(collector)
         self.custom_collectors.append(collector)
+
+    def throttled(self, queue: QueueMeta, kind: str) -> None:
+        """Count a post refused or a reserve answered short by flow control."""
+        self.flow_throttled.labels(queue.application, queue.name, kind).inc()
 
     def messages_read(self, count: int) -> None:
         self.read.inc(count)

@@ -193,6 +193,17 @@ class Overview:
         with self._lock:
             return [e.figures for e in self._entries.values() if e.figures is not None]
 
+    def length(self, meta: QueueMeta) -> int | None:
+        """The queue's stored messages as far as this process knows (None:
+        not measured yet); what a ``max_length`` is checked against."""
+        figures = self.figures(meta.application, meta.name)
+        return None if figures is None else figures.depth
+
+    def usage(self, application: str) -> tuple[int, int] | None:
+        """``(messages, bytes)`` the application stores, as far as this
+        process knows (None: nothing measured yet)."""
+        return None
+
     def history(self, application: str, name: str) -> list[Minute]:
         """The queue's last hour, a :class:`Minute` per minute seen, oldest first."""
         with self._lock:

@@ -68,6 +68,10 @@ class Limits:
     burst: int
     waiting_polls: int
     queues: int
+    #: Messages posted per second, messages and bytes stored (0: no limit).
+    posts_per_second: float = 0.0
+    messages: int = 0
+    bytes: int = 0
 
 
 class Throttled(Exception):
@@ -102,13 +106,35 @@ def take_token(
     is there (the request took nothing). Time going backwards (a wall clock
     stepped back) refills nothing and restarts the count from ``now``.
     """
+    tokens, last, _, wait = take_tokens(tokens, last, now, rate, burst, 1, True)
+    return tokens, last, wait
+
+
+def take_tokens(
+    tokens: float, last: float, now: float, rate: float, burst: int, want: int, whole: bool
+) -> tuple[float, float, int, float]:
+    """Up to ``want`` tokens of a bucket: ``(tokens, last, taken, wait)``.
+
+    ``whole``: all ``want`` tokens or none (at most ``burst``: a larger ask
+    needs a full bucket and empties it); else as many as there are. ``wait``
+    is the seconds until the next token when none was taken, else 0.
+    """
     if now > last:
         tokens = min(float(burst), tokens + (now - last) * rate)
     else:
         tokens = min(float(burst), tokens)
-    if tokens >= 1.0 - _EPSILON:  # a caller exactly at the rate is not refused by rounding
-        return max(0.0, tokens - 1.0), now, 0.0
-    return tokens, now, (1.0 - tokens) / rate
+    need = min(want, burst)
+    have = int(tokens + _EPSILON)
+    taken = (need if have >= need else 0) if whole else min(want, have)
+    if taken:
+        return max(0.0, tokens - taken), now, taken, 0.0
+    missing = (need if whole else 1) - tokens
+    return tokens, now, 0, max(missing, 0.0) / rate
+
+
+def give_tokens(tokens: float, count: int, burst: int) -> float:
+    """A bucket after ``count`` unused tokens came back."""
+    return min(float(burst), tokens + count)
 
 
 class Buckets(Protocol):
@@ -117,6 +143,15 @@ class Buckets(Protocol):
     def take(self, application: str, now: Callable[[], float], rate: float, burst: int) -> float:
         """Take a token of ``application``'s bucket (full on first use); the
         seconds to wait for one, 0 when taken. ``now`` is read under the lock."""
+
+    def take_many(
+        self, key: str, now: Callable[[], float], rate: float, burst: int, want: int, whole: bool
+    ) -> tuple[int, float]:
+        """Up to ``want`` tokens of bucket ``key`` (:func:`take_tokens`):
+        ``(taken, wait)``."""
+
+    def give_back(self, key: str, count: int, burst: int) -> None:
+        """Return ``count`` tokens taken and not used."""
 
 
 class LocalBuckets:
@@ -127,12 +162,24 @@ class LocalBuckets:
         self._state: dict[str, tuple[float, float]] = {}
 
     def take(self, application: str, now: Callable[[], float], rate: float, burst: int) -> float:
+        taken, wait = self.take_many(application, now, rate, burst, 1, True)
+        return wait
+
+    def take_many(
+        self, key: str, now: Callable[[], float], rate: float, burst: int, want: int, whole: bool
+    ) -> tuple[int, float]:
         with self._lock:
             at = now()
-            tokens, last = self._state.get(application, (float(burst), at))
-            tokens, last, wait = take_token(tokens, last, at, rate, burst)
-            self._state[application] = (tokens, last)
-            return wait
+            tokens, last = self._state.get(key, (float(burst), at))
+            tokens, last, taken, wait = take_tokens(tokens, last, at, rate, burst, want, whole)
+            self._state[key] = (tokens, last)
+            return taken, wait
+
+    def give_back(self, key: str, count: int, burst: int) -> None:
+        with self._lock:
+            if key in self._state:
+                tokens, last = self._state[key]
+                self._state[key] = (give_tokens(tokens, count, burst), last)
 
 
 class SharedBuckets:
@@ -182,22 +229,46 @@ class SharedBuckets:
                 return offset
         return None
 
+    def _slot(self, name: str) -> int | None:
+        """The offset of ``name``'s slot (caller holds both locks)."""
+        offset = self._offsets.get(name)
+        if offset is None:
+            key = hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
+            offset = self._offset(key)
+            if offset is not None:
+                self._offsets[name] = offset
+        return offset
+
     def take(self, application: str, now: Callable[[], float], rate: float, burst: int) -> float:
+        taken, wait = self.take_many(application, now, rate, burst, 1, True)
+        return wait
+
+    def take_many(
+        self, key: str, now: Callable[[], float], rate: float, burst: int, want: int, whole: bool
+    ) -> tuple[int, float]:
         with self._lock, self._flocked():
-            offset = self._offsets.get(application)
+            offset = self._slot(key)
             if offset is None:
-                key = hashlib.blake2b(application.encode("utf-8"), digest_size=16).digest()
-                offset = self._offset(key)
-                if offset is None:
-                    return self._overflow.take(application, now, rate, burst)
-                self._offsets[application] = offset
-            key, tokens, last = self._SLOT.unpack_from(self._map, offset)
+                return self._overflow.take_many(key, now, rate, burst, want, whole)
+            digest, tokens, last = self._SLOT.unpack_from(self._map, offset)
             at = now()
             if math.isnan(tokens):  # first use of this slot
                 tokens, last = float(burst), at
-            tokens, last, wait = take_token(tokens, last, at, rate, burst)
-            self._SLOT.pack_into(self._map, offset, key, tokens, last)
-            return wait
+            tokens, last, taken, wait = take_tokens(tokens, last, at, rate, burst, want, whole)
+            self._SLOT.pack_into(self._map, offset, digest, tokens, last)
+            return taken, wait
+
+    def give_back(self, key: str, count: int, burst: int) -> None:
+        with self._lock, self._flocked():
+            offset = self._slot(key)
+            if offset is None:
+                self._overflow.give_back(key, count, burst)
+                return
+            digest, tokens, last = self._SLOT.unpack_from(self._map, offset)
+            if not math.isnan(tokens):
+                self._SLOT.pack_into(
+                    self._map, offset, digest, give_tokens(tokens, count, burst), last
+                )
 
     def close(self) -> None:
         self._map.close()

@@ -33,6 +33,7 @@ from typing import Any
 
 from queuey.clock import Clock
 from queuey.core import cron
+from queuey.core.flow import FlowRefused, PriorityOnFairQueue
 from queuey.core.messages import InvalidFields, InvalidMessage, MessageRules
 from queuey.core.queues import Queues
 from queuey.errors import QueueNotFound, ServiceError, StorageUnavailable
@@ -318,6 +319,9 @@ class Schedules:
             except StorageUnavailable as exc:
                 name = f"{schedule.application}/{schedule.name}"
                 log.warning("schedule %s not fired: %s", name, exc)
+            except FlowRefused as exc:  # paused, full, over a rate: due again next pass
+                name = f"{schedule.application}/{schedule.name}"
+                log.debug("schedule %s held by flow control: %s", name, exc)
         return posted
 
     def _fire(self, schedule: Schedule, now: int) -> int:
@@ -336,7 +340,7 @@ class Schedules:
             self.post(meta, [self._message(meta, schedule, tick) for tick in ticks])
         except QueueNotFound:
             return self._stop(schedule, f"its queue {schedule.queue} no longer exists")
-        except (InvalidFields, InvalidMessage) as exc:
+        except (InvalidFields, InvalidMessage, PriorityOnFairQueue) as exc:
             return self._stop(schedule, f"its message no longer passes the rules: {exc}")
         advanced = replace(
             schedule,

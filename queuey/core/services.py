@@ -9,6 +9,7 @@ matter.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +17,16 @@ from typing import Any, Literal
 
 from queuey.applications import Application
 from queuey.clock import Clock
+from queuey.core.fairness import GroupTracker
+from queuey.core.flow import AppLimits, FlowControl
+from queuey.core.flowsettings import FlowSettings
 from queuey.core.groups import Groups
 from queuey.core.longpoll import LongPolls
 from queuey.core.messages import MessageRules
 from queuey.core.metrics import Metrics
 from queuey.core.overview import Overview
 from queuey.core.queues import QueueCache, Queues
-from queuey.core.quotas import Quotas, load_quotas
+from queuey.core.quotas import LocalBuckets, Quotas, SharedBuckets, load_quotas
 from queuey.core.schedules import Schedules
 from queuey.core.subscriptions import Subscriptions
 from queuey.core.workqueues import WorkQueues
@@ -60,6 +64,10 @@ class Services:
     subscriptions: Subscriptions
     #: What operators see of every queue (:mod:`queuey.core.overview`).
     overview: Overview
+    #: Pause, rate limits, caps, lengths, quotas, fair lanes (:mod:`queuey.core.flow`).
+    flow: FlowControl
+    #: The one way doors change flow settings (:mod:`queuey.core.flowsettings`).
+    flow_settings: FlowSettings
     #: Messages on a schedule and their ticker (:mod:`queuey.core.schedules`).
     schedules: Schedules
     #: Consumer groups read from ZooKeeper (``None`` without ZooKeeper).
@@ -144,6 +152,7 @@ def build_services(
         overview.count(queue, acked=count)
 
     rules = MessageRules.from_settings(settings)
+    flow = build_flow(settings, storage, clock, quotas, overview, metrics, shared_dir)
     queues = Queues(
         storage,
         QueueCache(settings.metadata_cache_seconds, shared=storage.metadata_changes()),
@@ -168,9 +177,12 @@ def build_services(
             on_available=available,
             on_posted=posted,
             on_acked=acked,
+            flow=flow,
         ),
         subscriptions=Subscriptions(queues),
         overview=overview,
+        flow=flow,
+        flow_settings=FlowSettings(queues, on_resumed=available),
         schedules=Schedules(
             storage,
             queues,
@@ -187,6 +199,61 @@ def build_services(
         shared_dir=shared_dir,
     )
     return services
+
+
+#: The server's flow buckets file in its directory (``QUEUEY_SHARED_DIR``).
+FLOW_BUCKETS = "flow.buckets"
+#: How many worker processes serve in this server (set by :mod:`queuey.server`).
+WORKERS_ENV = "QUEUEY_WORKERS"
+
+
+def build_flow(
+    settings: Settings,
+    storage: Storage,
+    clock: Clock,
+    quotas: Quotas,
+    overview: Overview,
+    metrics: Metrics,
+    shared_dir: Path | None,
+) -> FlowControl:
+    """Flow control wired to where its buckets live and what it measures.
+
+    Buckets are shared by every process of the host when the store names a
+    file for them (SQLite), else by the server's workers (its directory);
+    in the second case each server enforces its part of a rate, the server's
+    workers over the store's live processes."""
+    host_file = storage.flow_buckets_path()
+    if host_file:
+        buckets: Any = SharedBuckets(host_file)
+    elif shared_dir:
+        buckets = SharedBuckets(shared_dir / FLOW_BUCKETS)
+    else:
+        buckets = LocalBuckets()
+    here = max(1, int(os.environ.get(WORKERS_ENV, "1") or 1)) if shared_dir else 1
+
+    def share() -> float:
+        if host_file:
+            return 1.0
+        live = storage.live_processes()
+        return 1.0 if not live else min(1.0, here / live)
+
+    def app_limits(application: str) -> AppLimits:
+        limits = quotas.limits(application)
+        return AppLimits(limits.posts_per_second, limits.messages, limits.bytes)
+
+    return FlowControl(
+        clock,
+        buckets=buckets,
+        share=share,
+        in_flight=storage.in_flight,
+        length=overview.length,
+        usage=overview.usage,
+        app_limits=app_limits,
+        tracker=GroupTracker(
+            lambda: clock.now_micros() / 1_000_000, threshold=settings.flow_fair_threshold
+        ),
+        on_throttled=lambda queue, kind: metrics.throttled(queue, kind),
+    )
 
 
 def services_of(registry: Any) -> Services:

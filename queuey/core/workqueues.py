@@ -21,12 +21,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from queuey import ids
 from queuey.clock import Clock
+from queuey.core.flow import FlowControl
 from queuey.core.messages import MessageRules
 from queuey.core.queues import Queues
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
-from queuey.ids import InvalidId
 from queuey.model import (
     DeadLetter,
     Delivery,
@@ -38,6 +37,7 @@ from queuey.model import (
     ReadQuery,
     ReceiptStatus,
 )
+from queuey.model.work import dead_letter_source, own_attributes
 from queuey.placement import partition_for_key
 from queuey.settings import DEFAULTS
 from queuey.storage import Storage
@@ -51,15 +51,6 @@ DEAD_LETTER_PARTITIONS = 1
 DEFAULT_MAX_MESSAGE_SIZE = int(DEFAULTS["queuey.max_message_size"])
 #: Longest ``last_error`` kept on a dead letter (an attribute value's limit).
 MAX_ERROR_TEXT = 1024
-#: The attributes a dead letter carries.
-SOURCE_ATTRIBUTES = (
-    "source_queue",
-    "source_message_id",
-    "source_partition",
-    "source_subscription",
-    "attempts",
-    "last_error",
-)
 
 
 @dataclass(frozen=True)
@@ -67,6 +58,9 @@ class Reservation:
     deliveries: list[Delivery]
     #: Messages this call moved to the dead-letter queue.
     dead_lettered: int
+    #: Why flow control let this call lease fewer than asked (``paused``,
+    #: ``max_in_flight``, ``rate``), or None.
+    held: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,13 +77,6 @@ class Redrive:
     moved: int = 0
     reposted: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Source:
-    queue: str
-    ref: MessageRef
-    subscription: str
 
 
 def _derived_id(kind: str, *parts: str) -> str:
@@ -126,7 +113,9 @@ class WorkQueues:
 
     ``queues`` is the queue lifecycle it finds and makes queues through
     (default: uncached, without a queue limit); ``rules`` the message rules
-    (default: ``max_ttl`` and the default largest message).
+    (default: ``max_ttl`` and the default largest message); ``flow`` the
+    flow control every post and reserve passes (:mod:`queuey.core.flow`;
+    default: the queues' own settings, buckets in this process).
     """
 
     def __init__(
@@ -141,6 +130,7 @@ class WorkQueues:
         on_available: Callable[[str, str], None] | None = None,
         on_posted: Callable[[QueueMeta, int], None] | None = None,
         on_acked: Callable[[QueueMeta, int], None] | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         if rules is None:
             if max_ttl is None:
@@ -154,13 +144,20 @@ class WorkQueues:
         self.on_available = on_available or (lambda application, name: None)
         self.on_posted = on_posted or (lambda queue, count: None)
         self.on_acked = on_acked or (lambda queue, count: None)
+        self.flow = flow or FlowControl(clock)
 
     # -- messages ---------------------------------------------------------------
-    def post(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
+    def post(
+        self, queue: QueueMeta, messages: Sequence[NewMessage], *, internal: bool = False
+    ) -> list[Message]:
         """Store messages (see :meth:`Storage.put_messages`): every post's one
-        way, whatever door or service step it comes from, so the metrics, the
-        operators' overview and this process's long polls (woken when a
-        message is due now) see them all."""
+        way, whatever door or service step it comes from, so flow control
+        (:class:`~queuey.core.flow.FlowRefused`), the metrics, the operators'
+        overview and this process's long polls (woken when a message is due
+        now) see them all. ``internal``: a post the service makes itself
+        (a dead letter, a redrive), which flow control lets pass."""
+        if not internal:
+            messages = self.flow.admit_post(queue, messages)
         stored = self.storage.put_messages(queue, messages)
         self.on_posted(queue, len(stored))
         if any(message.delay == 0 for message in messages):
@@ -177,21 +174,44 @@ class WorkQueues:
         partitions: Sequence[int] | None = None,
         visibility_timeout: int | None = None,
     ) -> Reservation:
-        """Lease up to ``limit`` messages; dead-letter those out of attempts on the way."""
-        now = self.clock.now_micros()
-        reserved = self.storage.reserve(
-            queue,
-            subscription,
-            partitions=list(partitions or queue.partition_numbers),
-            limit=limit,
-            visibility_timeout=(
-                queue.visibility_timeout if visibility_timeout is None else visibility_timeout
-            ),
-            now_micros=now,
-            settled_micros=now - self.read_delay_micros,
-        )
+        """Lease up to ``limit`` messages; dead-letter those out of attempts on the way.
+
+        Flow control first says how many may be leased (:meth:`FlowControl.grant`),
+        by the subscription's settings as this process knows them now (a long
+        poll that began before a pause stops handing out with it)."""
+        current = self._current(queue)
+        grant = self.flow.grant(current, subscription, limit)
+        if not grant.count:
+            return Reservation([], 0, grant.reason)
+        used = 0
+        try:
+            now = self.clock.now_micros()
+            reserved = self.storage.reserve(
+                queue,
+                subscription,
+                partitions=list(partitions or queue.partition_numbers),
+                limit=grant.count,
+                visibility_timeout=(
+                    queue.visibility_timeout if visibility_timeout is None else visibility_timeout
+                ),
+                now_micros=now,
+                settled_micros=now - self.read_delay_micros,
+                max_in_flight=grant.cap,
+            )
+            used = len(reserved.deliveries)
+        finally:
+            grant.done(used)
         dead = self._dead_letter(queue, subscription, reserved.dead_letters)
-        return Reservation(reserved.deliveries, dead)
+        return Reservation(reserved.deliveries, dead, grant.reason)
+
+    def _current(self, queue: QueueMeta) -> QueueMeta:
+        """``queue``'s metadata as this process knows it now (its flow settings
+        may have changed since the caller looked it up)."""
+        try:
+            current = self.queues.get(queue.application, queue.name)
+        except QueueNotFound:
+            return queue
+        return current if current.incarnation == queue.incarnation else queue
 
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str]
@@ -302,6 +322,7 @@ class WorkQueues:
                     )
                     for letter in letters
                 ],
+                internal=True,
             )
             statuses = self.storage.ack(
                 queue, subscription, [letter.claim for letter in letters], self.clock.now_micros()
@@ -362,7 +383,7 @@ class WorkQueues:
 
     def _redrive_one(self, application: str, letter: Message, now: int) -> str:
         """``moved``, ``reposted``, or why the dead letter stays."""
-        source = _source_of(letter)
+        source = dead_letter_source(letter)
         if source is None:
             return "not a dead letter: it has no valid source_* attributes"
         try:
@@ -380,7 +401,8 @@ class WorkQueues:
                 )
         self.post(  # due now: the long polls wake
             queue,
-            [
+            internal=True,
+            messages=[
                 NewMessage(
                     body=letter.body,
                     partition=min(source.ref.partition, queue.partitions),
@@ -392,28 +414,3 @@ class WorkQueues:
             ],
         )
         return "reposted"
-
-
-def own_attributes(letter: Message) -> dict[str, str] | None:
-    """A dead letter's attributes without the ``source_*`` ones dead-lettering added."""
-    kept = {k: v for k, v in (letter.attributes or {}).items() if k not in SOURCE_ATTRIBUTES}
-    return kept or None
-
-
-def _source_of(letter: Message) -> _Source | None:
-    """Where a dead letter came from, from its attributes (``None`` if they are not valid)."""
-    attributes = letter.attributes or {}
-    queue = attributes.get("source_queue", "")
-    partition = attributes.get("source_partition", "")
-    subscription = attributes.get("source_subscription", "")
-    if not (0 < len(queue) <= 80 and 0 < len(subscription) <= 50):
-        return None
-    if not (partition.isascii() and partition.isdigit() and len(partition) <= 5):
-        return None
-    try:
-        message_id = ids.parse_message_id(attributes.get("source_message_id", ""))
-    except InvalidId:
-        return None
-    if int(partition) < 1:
-        return None
-    return _Source(queue, MessageRef(int(partition), message_id), subscription)

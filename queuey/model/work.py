@@ -7,7 +7,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from queuey.model.messages import Message
+from queuey import ids
+from queuey.ids import InvalidId
+from queuey.model.messages import Message, MessageRef
 
 ReceiptStatus = Literal["acked", "expired", "unknown"]
 
@@ -109,3 +111,48 @@ def parse_receipt(receipt: str) -> tuple[int, uuid.UUID, str] | None:
     if message_id.version != 1:
         return None
     return int(partition), message_id, token
+
+
+#: The attributes dead-lettering adds to a dead letter.
+SOURCE_ATTRIBUTES = (
+    "source_queue",
+    "source_message_id",
+    "source_partition",
+    "source_subscription",
+    "attempts",
+    "last_error",
+)
+
+
+@dataclass(frozen=True)
+class DeadLetterSource:
+    """Where a dead letter came from."""
+
+    queue: str
+    ref: MessageRef
+    subscription: str
+
+
+def own_attributes(letter: Message) -> dict[str, str] | None:
+    """A dead letter's attributes without the ``source_*`` ones dead-lettering added."""
+    kept = {k: v for k, v in (letter.attributes or {}).items() if k not in SOURCE_ATTRIBUTES}
+    return kept or None
+
+
+def dead_letter_source(letter: Message) -> DeadLetterSource | None:
+    """Where a dead letter came from, from its attributes (``None`` if they are not valid)."""
+    attributes = letter.attributes or {}
+    queue = attributes.get("source_queue", "")
+    partition = attributes.get("source_partition", "")
+    subscription = attributes.get("source_subscription", "")
+    if not (0 < len(queue) <= 80 and 0 < len(subscription) <= 50):
+        return None
+    if not (partition.isascii() and partition.isdigit() and len(partition) <= 5):
+        return None
+    try:
+        message_id = ids.parse_message_id(attributes.get("source_message_id", ""))
+    except InvalidId:
+        return None
+    if int(partition) < 1:
+        return None
+    return DeadLetterSource(queue, MessageRef(int(partition), message_id), subscription)

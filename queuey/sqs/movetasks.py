@@ -40,9 +40,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from queuey.clock import Clock
-from queuey.core.workqueues import WorkQueues, own_attributes
+from queuey.core.workqueues import WorkQueues
 from queuey.errors import QueueNotFound, ServiceError
 from queuey.model import AttributesChanged, MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.model.work import own_attributes
 from queuey.placement import partition_for_key
 from queuey.sqs.errors import SQSError, invalid
 from queuey.sqs.queues import no_such_queue
@@ -388,6 +389,7 @@ class MoveTasks:
                 )
                 for m in found
             ],
+            internal=True,
         )
         self.storage.delete_messages(source, [MessageRef(m.partition, m.id) for m in found])
         return len(found), None

@@ -16,6 +16,7 @@ from pyramid.response import Response
 from pyramid.security import NO_PERMISSION_REQUIRED
 
 from queuey.core.access import client_address
+from queuey.core.flow import FlowRefused
 from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.core.services import services_of
 from queuey.errors import StorageUnavailable
@@ -85,6 +86,10 @@ def endpoint(request, service: SQSService):
             "RequestThrottled", f"Rate exceeded. {exc}", retry_after=exc.retry_after
         )
         status, headers, payload = protocol.error(json_protocol, throttled, request_id)
+    except FlowRefused as exc:
+        # Paused, full or over a rate: SDKs retry RequestThrottled on their own.
+        refused = SQSError("RequestThrottled", f"{exc}", retry_after=exc.retry_after)
+        status, headers, payload = protocol.error(json_protocol, refused, request_id)
     except TooManyQueues as exc:
         full = SQSError("OverLimit", f"Too many queues. {exc}")
         status, headers, payload = protocol.error(json_protocol, full, request_id)

@@ -8,6 +8,7 @@ from pyramid.exceptions import PredicateMismatch, URLDecodeError
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound
 from pyramid.view import exception_view_config, forbidden_view_config, notfound_view_config
 
+from queuey.core.flow import FlowRefused
 from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.errors import (
     InvalidUpdate,
@@ -67,6 +68,13 @@ def queue_exists(exc, request):
 @exception_view_config(Throttled)
 def throttled(exc, request):
     return error(429, {"rate_limit": str(exc)}, headers={"Retry-After": str(exc.retry_after)})
+
+
+@exception_view_config(FlowRefused)
+def flow_refused(exc, request):
+    """Paused, full, over a rate or a quota: the setting named, when to retry."""
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+    return error(exc.status, {exc.field: str(exc)}, headers=headers)
 
 
 @exception_view_config(TooManyQueues)

@@ -1,0 +1,86 @@
+"""Fair queues' lanes (queuey.core.fairness) and the token buckets flow control
+takes from (queuey.core.quotas.take_tokens), with an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from queuey.core.fairness import BUSY_LANE, MAX_GROUPS, QUIET_LANE, WINDOW, GroupTracker
+from queuey.core.quotas import LocalBuckets, give_tokens, take_tokens
+
+Q = ("app", "queue")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = 1000.0
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def test_a_flood_is_busy_and_trickling_groups_stay_quiet() -> None:
+    clock = Clock()
+    tracker = GroupTracker(clock, threshold=100)
+    flood = tracker.lanes(Q, ["a"] * 10_000)
+    # A flood is busy from past its threshold, even before anyone else posts.
+    assert flood[:100] == [QUIET_LANE] * 100
+    assert set(flood[100:]) == {BUSY_LANE}
+    assert tracker.busy(Q) == ["a"]
+    assert tracker.top(Q, 1)[0][0] == "a"
+    for second in range(20):
+        clock.at += 1
+        lanes = tracker.lanes(Q, [f"g{n}" for n in range(9) for _ in range(10)])
+        assert set(lanes) == {QUIET_LANE}, second
+
+
+def test_groups_posting_alike_are_all_quiet() -> None:
+    tracker = GroupTracker(Clock(), threshold=10)
+    lanes = tracker.lanes(Q, ["a", "b", "c"] * 1000)
+    # Past the first threshold, each is compared with the others' mean.
+    assert set(lanes[100:]) == {QUIET_LANE}
+
+
+def test_a_busy_group_quietens_once_its_window_passes() -> None:
+    clock = Clock()
+    tracker = GroupTracker(clock, threshold=10)
+    tracker.lanes(Q, ["a"] * 1000 + ["b"])
+    assert tracker.lanes(Q, ["a"]) == [BUSY_LANE]
+    clock.at += WINDOW + 0.1
+    assert tracker.lanes(Q, ["a"]) == [QUIET_LANE]
+
+
+def test_the_groups_counted_are_bounded() -> None:
+    tracker = GroupTracker(Clock(), threshold=10)
+    tracker.lanes(Q, [f"g{n}" for n in range(MAX_GROUPS * 3)])
+    assert len(tracker.top(Q, MAX_GROUPS * 3)) <= MAX_GROUPS
+
+
+def test_take_tokens_whole_batches_and_partial_reserves() -> None:
+    # A whole batch takes all or none; a larger one than the burst needs a full bucket.
+    tokens, last, taken, wait = take_tokens(2.0, 0.0, 0.0, rate=2.0, burst=2, want=3, whole=True)
+    assert (taken, wait) == (2, 0.0) and tokens == 0.0
+    tokens, last, taken, wait = take_tokens(tokens, last, 0.25, 2.0, 2, 1, True)
+    assert taken == 0 and wait == pytest.approx(0.25)
+    # A reserve takes what there is.
+    tokens, last, taken, wait = take_tokens(1.5, 0.0, 0.0, 2.0, 5, 10, False)
+    assert taken == 1 and tokens == pytest.approx(0.5)
+    assert give_tokens(0.5, 3, 2) == 2.0
+
+
+@given(
+    rate=st.floats(0.5, 1000),
+    burst=st.integers(1, 100),
+    asks=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 50)), max_size=60),
+)
+def test_a_bucket_never_hands_out_more_than_burst_plus_rate_times_time(rate, burst, asks):
+    buckets = LocalBuckets()
+    at = [0.0]
+    total = 0
+    for step, want in asks:
+        at[0] += step
+        taken, _ = buckets.take_many("k", lambda: at[0], rate, burst, want, False)
+        total += taken
+    assert total <= burst + rate * at[0] + 1e-6
