@@ -201,6 +201,7 @@ class Storage(abc.ABC):
         visibility_timeout: int,
         now_micros: int,
         settled_micros: int,
+        max_in_flight: int = 0,
     ) -> Reserved:
         """Lease up to ``limit`` available messages of ``partitions`` to one consumer.
 
@@ -238,7 +239,32 @@ class Storage(abc.ABC):
         still be in flight (Cassandra's write timeout). A backend must not
         record a subscription as past a message it could not have seen; it may
         deliver newer visible messages early as long as it remembers them.
+
+        ``max_in_flight`` (0: no cap) caps the subscription's
+        :meth:`in_flight` count: the call leases at most ``max_in_flight``
+        less the messages in flight when it runs (dead-letter claims it makes
+        on the way are not counted: they never reach a consumer). A backend
+        that can check this inside its atomic write (SQLite) enforces it
+        exactly, whatever the number of concurrent callers; one that cannot
+        (Cassandra, whose partitions change independently) accepts and
+        ignores it, and the core bounds the count per process instead.
         """
+
+    def in_flight(self, queue: QueueMeta, subscription: str, now_micros: int) -> int:
+        """How many of the subscription's messages are leased (or claimed for
+        dead-lettering) and not yet finished, their lease not lapsed at
+        ``now_micros``: the ``in_flight`` figure of the subscription's
+        :class:`~queuey.model.SubscriptionStats`.
+
+        Called before every reserve of a subscription with a concurrency cap,
+        so a backend computes it cheaply; this default takes it from
+        :meth:`stats` (correct but slow). A backend documents where its
+        figure may differ from the stats' and by how much.
+        """
+        for sub in self.stats(queue, now_micros).subscriptions:
+            if sub.subscription == subscription:
+                return sub.in_flight
+        return 0
 
     @abc.abstractmethod
     def ack(
@@ -365,6 +391,21 @@ class Storage(abc.ABC):
         ``read``, ``write``, ``lwt``, ``ddl``); ``{}`` for a store that does
         not count (then nothing is exported)."""
         return {}
+
+    def live_processes(self) -> int | None:
+        """How many API processes share this store now, this one included (at
+        least 1), so flow control can split a rate limit between them; ``None``
+        when the store cannot tell (then :meth:`flow_buckets_path` may offer
+        buckets every process on the host shares instead). Never raises."""
+        return None
+
+    def flow_buckets_path(self) -> str | None:
+        """A file every process using this store on this host can map into
+        memory for flow control's shared token buckets, or ``None`` when the
+        processes sharing the store are not all on one host (or the store is
+        private to this process). The store only names the file; flow control
+        creates and lays it out."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

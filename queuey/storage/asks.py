@@ -22,6 +22,7 @@ class ReserveAsk:
     visibility_timeout: int
     now_micros: int
     settled_micros: int
+    max_in_flight: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ The modules, one job each: :mod:`.settings` (the ``queuey.cassandra.*`` keys),
 (this process's turns on lease partitions), :mod:`.leasetable` (lease I/O),
 :mod:`.rounds` (the conditional rounds every change runs), :mod:`queuey.storage.cassandra.workqueue`
 (ack, release, extend, reopen), :mod:`.reservation` (reserve),
-:mod:`.workstats` (stats) and :mod:`.backend` (:class:`CassandraStorage`).
+:mod:`.workstats` (stats), :mod:`.flow` (what flow control asks: in-flight
+counts, live processes) and :mod:`.backend` (:class:`CassandraStorage`).
 
 Besides ``load_from_config``, this package offers the schema commands the
 ``queuey schema`` CLI looks for on a backend module: ``upgrade_schema(settings)``

@@ -40,6 +40,7 @@ from queuey.storage import Storage
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.counters import counter_of
+from queuey.storage.cassandra.flow import CassandraFlow
 from queuey.storage.cassandra.owned import OwnedWorkQueue
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schedules import CassandraSchedules
@@ -75,8 +76,9 @@ def _stored_refs(refs: Sequence[MessageRef]) -> list[MessageRef]:
     return [r for r in dict.fromkeys(refs) if r.id.version == 1]
 
 
-class CassandraStorage(CassandraSchedules, Storage):
-    """Queuey's storage on Apache Cassandra (schedules: :mod:`.schedules`).
+class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
+    """Queuey's storage on Apache Cassandra (schedules: :mod:`.schedules`; flow
+    control: :mod:`.flow`).
 
     The connection is opened on first use (or by :meth:`connect`), so an API
     node starts while Cassandra is down and answers 503 until it is back.
@@ -321,10 +323,14 @@ class CassandraStorage(CassandraSchedules, Storage):
         visibility_timeout: int,
         now_micros: int,
         settled_micros: int,
+        max_in_flight: int = 0,
     ) -> Reserved:
+        """``max_in_flight`` travels with the ask but is not enforced (:mod:`.flow`)."""
         if limit <= 0:
             return Reserved([], [])
-        ask = ReserveAsk(partitions, limit, visibility_timeout, now_micros, settled_micros)
+        ask = ReserveAsk(
+            partitions, limit, visibility_timeout, now_micros, settled_micros, max_in_flight
+        )
         return self._work.reserve(self._connection(), queue, subscription, ask)
 
     @boundary("ack")

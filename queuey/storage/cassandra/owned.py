@@ -226,6 +226,24 @@ class OwnedWorkQueue:
         self._start(c)
         return self.local.stats(c, queue, now)
 
+    def in_flight(self, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
+        """From memory where owned here, else from the state its owner made
+        durable before answering (:meth:`.ownedtable.OwnedTable.read`): no
+        call to a peer."""
+        self._start(c)
+        return self.local.in_flight(c, queue, sub, now)
+
+    def live_processes(self, connect: Callable[[], Connection]) -> int | None:
+        """The live members (:meth:`.ownership.Ownership.live_members`). A
+        process that asks joins them first, so every process that splits a
+        limit by this count is counted; ``None`` while Cassandra is out of reach."""
+        try:
+            self._start(connect())
+        except Exception:  # noqa: BLE001 - unknown, and the caller must not fail
+            log.debug("cassandra: live processes unknown", exc_info=True)
+            return None
+        return self.ownership.live_members()
+
     # -- routing ------------------------------------------------------------------
     def _local(self, call: Callable[..., T], *args: Any) -> T:
         try:

@@ -279,6 +279,13 @@ class Ownership:
             found[key] = (owner, address)
         return found
 
+    def live_members(self) -> int:
+        """The processes whose heartbeat row lives, this one included, as this
+        process's last heartbeat listed them (every quarter term): a new
+        process counts here within a quarter term, one that left cleanly too,
+        one that died within its row's TTL (three terms) and a quarter term."""
+        return len(set(self._members) | {self.member})
+
     def _first(self, key: Key) -> bool:
         members = set(self._members) | {self.member}
         return max(members, key=lambda m: rank(m, key)) == self.member

@@ -241,7 +241,9 @@ def decode_reserved(value: Any) -> Reserved:
 
 
 # -- asks -----------------------------------------------------------------------------
-_RESERVE = frozenset(("partitions", "limit", "visibility_timeout", "now_micros", "settled_micros"))
+_RESERVE = frozenset(
+    ("partitions", "limit", "visibility_timeout", "now_micros", "settled_micros", "max_in_flight")
+)
 _RELEASE = frozenset(("receipts", "now_micros", "delay", "error"))
 _EXTEND = frozenset(("receipts", "now_micros", "visibility_timeout"))
 
@@ -253,6 +255,7 @@ def encode_reserve_ask(ask: ReserveAsk) -> dict[str, Any]:
         "visibility_timeout": ask.visibility_timeout,
         "now_micros": ask.now_micros,
         "settled_micros": ask.settled_micros,
+        "max_in_flight": ask.max_in_flight,
     }
 
 
@@ -265,6 +268,7 @@ def decode_reserve_ask(value: Any) -> ReserveAsk:
         visibility_timeout=_int(d["visibility_timeout"], "reserve ask.visibility_timeout"),
         now_micros=_int(d["now_micros"], "reserve ask.now_micros"),
         settled_micros=_int(d["settled_micros"], "reserve ask.settled_micros"),
+        max_in_flight=_int(d["max_in_flight"], "reserve ask.max_in_flight"),
     )
 
 

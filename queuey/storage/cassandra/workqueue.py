@@ -22,7 +22,7 @@ upper bound and cost nothing until due.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from queuey.model import (
@@ -42,6 +42,7 @@ from queuey.storage.cassandra.reservation import ReserveCall
 from queuey.storage.cassandra.rounds import change_partitions
 from queuey.storage.cassandra.settings import CassandraSettings
 from queuey.storage.cassandra.statements import Connection
+from queuey.storage.cassandra.workstats import in_flight as count_in_flight
 from queuey.storage.cassandra.workstats import queue_stats
 
 
@@ -187,6 +188,14 @@ class CassandraWorkQueue:
 
     def stats(self, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
         return queue_stats(self.table, c, queue, now)
+
+    def in_flight(self, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
+        """See :func:`.workstats.in_flight`."""
+        return count_in_flight(self.table, c, queue, sub, now)
+
+    def live_processes(self, connect: Callable[[], Connection]) -> int | None:
+        """Unknown: without owners, processes keep no membership."""
+        return None
 
 
 def receipt_groups(

@@ -10,6 +10,13 @@ handed out and unfinished; each scan stops at :data:`COUNT_CAP` rows per queue
 partition, beyond which a count is a lower bound. A filtered subscription
 (:mod:`queuey.model.subscriptions`) reads the messages after its positions
 whole, to count only those its filter takes.
+
+:func:`in_flight` counts one subscription's in-flight messages for flow
+control, from its lease states alone (one read per queue partition, none for
+a partition this process owns): unlike the stats it does not read the
+messages, so a message that expired or was deleted while leased still counts
+until its lease lapses. The figure may thus exceed the stats' by those
+messages, for at most their visibility timeout, never fall short of it.
 """
 
 from __future__ import annotations
@@ -165,3 +172,15 @@ def _subscription(
                 available += 1
                 seen(msg.timestamp)
     return SubscriptionStats(sub, available, in_flight, delayed, dead, oldest)
+
+
+def in_flight(table: LeaseTable, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
+    """Slots leased or claimed, lease not lapsed at ``now``, over every queue
+    partition (see the module)."""
+    states = table.read(c, queue, sub, queue.partition_numbers)
+    return sum(
+        1
+        for state in states.values()
+        for s in state.slots.values()
+        if s.state in (LEASED, CLAIMED) and s.visible_at > now
+    )

@@ -38,6 +38,7 @@ from queuey.storage.sqlite.batches import BatchDeleter
 from queuey.storage.sqlite.checkpoints import read_checkpoints, write_checkpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
+from queuey.storage.sqlite.leases import in_flight as count_in_flight
 from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
 from queuey.storage.sqlite.queues import QueueCatalog
 from queuey.storage.sqlite.schedules import SqliteSchedules
@@ -243,11 +244,24 @@ class SQLiteStorage(Storage):
         visibility_timeout: int,
         now_micros: int,
         settled_micros: int,
+        max_in_flight: int = 0,
     ) -> Reserved:
         """See :meth:`Storage.reserve`; ``settled_micros`` is not needed on SQLite
-        (:mod:`.reservation` says why)."""
-        ask = ReserveAsk(partitions, limit, visibility_timeout, now_micros, settled_micros)
+        (:mod:`.reservation` says why) and ``max_in_flight`` is exact (checked
+        inside the write transaction)."""
+        ask = ReserveAsk(
+            partitions, limit, visibility_timeout, now_micros, settled_micros, max_in_flight
+        )
         return self._work.reserve(queue, subscription, ask)
+
+    def in_flight(self, queue: QueueMeta, subscription: str, now_micros: int) -> int:
+        """Exact, as the stats count it, from one indexed count on a read
+        connection (:func:`.leases.in_flight`)."""
+
+        def run() -> int:
+            return count_in_flight(self._reader(), queue, subscription, now_micros)
+
+        return self._db.run(run)
 
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
@@ -327,6 +341,13 @@ class SQLiteStorage(Storage):
         if self._metadata_changes is None:
             self._metadata_changes = SharedCounter(self.path, "queues.version")
         return self._metadata_changes
+
+    def flow_buckets_path(self) -> str | None:
+        """``<file>.flow`` beside the database, which every process sharing
+        the file can reach; ``None`` for an in-memory database."""
+        if self.path in ("", ":memory:"):
+            return None
+        return f"{self.path}.flow"
 
     def close(self) -> None:
         self._sweeper.stop()

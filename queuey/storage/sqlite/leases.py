@@ -1,5 +1,5 @@
 """The ``leases`` table as every SQLite work-queue path names it: a lease's
-key, its tokens, and the live message a lease stands for.
+key, its tokens, the live message a lease stands for, and how many leases run.
 
 A lease row is keyed like its message (incarnation, partition, ts, tiebreak)
 plus the subscription; the reservation, the receipt calls and the dead-letter
@@ -17,6 +17,16 @@ from queuey.model import Message, QueueMeta
 from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
 
 LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+#: Leases and dead-letter claims running at a time, of live messages: what
+#: :mod:`.stats` counts as in flight, found through the ``leases_due`` index
+#: (one range per state) and a primary-key probe of each message.
+_IN_FLIGHT = (
+    "SELECT COUNT(*) FROM leases l INDEXED BY leases_due JOIN messages m "
+    "ON m.incarnation = l.incarnation AND m.partition = l.partition "
+    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    "WHERE l.incarnation = ? AND l.subscription = ? AND l.state IN ('leased', 'claimed') "
+    "AND l.visible_at > ? AND m.expires > ?"
+)
 
 
 def new_token() -> str:
@@ -48,3 +58,11 @@ def live_message(conn: sqlite3.Connection, key: tuple, now: int) -> Message | No
         (key[0], *key[2:], now),
     ).fetchone()
     return row_to_message(row) if row is not None else None
+
+
+def in_flight(conn: sqlite3.Connection, queue: QueueMeta, subscription: str, now: int) -> int:
+    """The subscription's messages leased or claimed and not lapsed at ``now``
+    (:meth:`queuey.storage.Storage.in_flight`); its cost grows with that
+    count, not with the queue."""
+    args = (queue.incarnation, subscription, now, now)
+    return conn.execute(_IN_FLIGHT, args).fetchone()[0]

@@ -25,7 +25,7 @@ from queuey.model import DeadLetter, Message, QueueMeta
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
-from queuey.storage.sqlite.leases import LEASE_KEY, new_tokens
+from queuey.storage.sqlite.leases import LEASE_KEY, in_flight, new_tokens
 from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
 
 #: Priorities a message may carry, highest (reserved first) first.
@@ -89,13 +89,20 @@ def reserve(
     conn: sqlite3.Connection, queue: QueueMeta, subscription: str, ask: ReserveAsk
 ) -> tuple[list[Leased], list[DeadLetter]]:
     """Lease up to ``ask.limit`` messages inside the caller's write transaction,
-    and claim the dead letters found due on the way."""
+    and claim the dead letters found due on the way.
+
+    With ``ask.max_in_flight`` the limit shrinks to the room left under it,
+    counted in this transaction: no other write runs meanwhile, so concurrent
+    reservations (any thread or process) never lease past the cap."""
     limit, now = ask.limit, ask.now_micros
     parts = sorted(set(ask.partitions))
     conn.execute(
         "INSERT OR IGNORE INTO subscriptions VALUES (?, ?, ?)",
         (queue.incarnation, subscription, now),
     )
+    if ask.max_in_flight > 0:
+        room = ask.max_in_flight - in_flight(conn, queue, subscription, now)
+        limit = max(0, min(limit, room))
     if queue.fifo:
         parts = _fifo_free(conn, queue, subscription, parts, now)
         if not parts:
