@@ -5,10 +5,20 @@ do: when one group (a tenant) floods the queue, the other groups' messages
 are still handed out promptly, and the busy group gets what they leave.
 
 The choice is made when a message is posted, so that every backend's reserve
-serves it with the machinery it already has: a fair queue's message is stored
-in one of two *lanes*, priority 1 for a quiet group and priority 0 for a busy
-one, and a reserve takes higher priorities first (a post to a fair queue may
-not name a priority of its own). Within a lane, messages keep their order.
+serves it with the machinery it already has: while one of a fair queue's
+groups is busy, the queue's messages are stored in one of two *lanes*,
+priority 1 for a quiet group's and priority 0 for a busy group's, and a
+reserve takes higher priorities first (a post to a fair queue may not name a
+priority of its own). Within a lane, messages keep their order. When no
+group is busy, every message is stored at priority 0, in arrival order, at
+the cost of any other message (a message above priority 0 costs a second row
+on Cassandra): fairness costs something only while a flood is being served.
+
+A group found busy stays busy for :data:`HOLD` seconds after the last post
+that found it so, and so does the queue's fair mode: a flood posted at once
+is served for a while after its last post, and the messages of the quiet
+groups must keep passing it until it is drained. A flood that takes longer
+than :data:`HOLD` to drain is, after that, served in arrival order again.
 
 A group is **busy** when its posts in the last :data:`WINDOW` seconds (a
 sliding window of two halves) exceed both :attr:`GroupTracker.threshold`
@@ -38,9 +48,13 @@ WINDOW = 10.0
 #: Queues and groups per queue counted at most.
 MAX_QUEUES = 10_000
 MAX_GROUPS = 1_000
-#: The lanes (stored priorities) of a fair queue's messages.
+#: Seconds a busy group stays busy after the last post that found it so.
+HOLD = 300.0
+#: The lanes (stored priorities) of a fair queue's messages: while a group is
+#: busy, quiet groups' messages go to the quiet lane; otherwise all go to 0.
 QUIET_LANE = 1
 BUSY_LANE = 0
+NORMAL_LANE = 0
 
 Key = tuple[str, str]
 
@@ -48,10 +62,12 @@ Key = tuple[str, str]
 class _Counts:
     """One queue's posts per group in the current and the previous half window."""
 
-    __slots__ = ("half", "current", "previous", "total_current", "total_previous")
+    __slots__ = ("half", "current", "previous", "total_current", "total_previous", "busy_until")
 
     def __init__(self, half: int) -> None:
         self.half = half
+        #: Groups found busy, and until when they count as busy.
+        self.busy_until: dict[str, float] = {}
         self.current: dict[str, int] = {}
         self.previous: dict[str, int] = {}
         self.total_current = 0
@@ -83,6 +99,9 @@ class GroupTracker:
         self.factor = factor
         self._queues: dict[Key, _Counts] = {}
         self._lock = threading.Lock()
+        #: Called with the queue's key after each count, outside the lock
+        #: (the metrics' cross-process figures: :mod:`queuey.core.fairgroups`).
+        self.on_counted: Callable[[Key], None] | None = None
 
     def _position(self) -> tuple[int, float]:
         """The current half window, and how much of the previous one still counts."""
@@ -93,6 +112,7 @@ class GroupTracker:
     def lanes(self, queue: Key, groups: list[str]) -> list[int]:
         """Count one post per entry of ``groups`` and answer each one's lane."""
         half, weight = self._position()
+        now = self.now()
         with self._lock:
             counts = self._queues.get(queue)
             if counts is None:
@@ -107,8 +127,24 @@ class GroupTracker:
                     counts.total_current -= counts.current.pop(smallest)
                 counts.current[group] = counts.current.get(group, 0) + 1
                 counts.total_current += 1
-                lanes.append(BUSY_LANE if self._busy(counts, group, weight) else QUIET_LANE)
-            return lanes
+                lanes.append(self._lane(counts, group, weight, now))
+        if self.on_counted is not None:
+            self.on_counted(queue)
+        return lanes
+
+    def _lane(self, counts: _Counts, group: str, weight: float, now: float) -> int:
+        held = counts.busy_until
+        if self._busy(counts, group, weight):
+            if group not in held and len(held) >= MAX_GROUPS:
+                held.pop(min(held, key=held.__getitem__))
+            held[group] = now + HOLD
+            return BUSY_LANE
+        if held.get(group, 0.0) > now:
+            return BUSY_LANE
+        if held and max(held.values()) > now:
+            return QUIET_LANE
+        held.clear()
+        return NORMAL_LANE
 
     def _busy(self, counts: _Counts, group: str, weight: float) -> bool:
         mine = counts.count(group, weight)
@@ -133,11 +169,10 @@ class GroupTracker:
         return [item for item in ranked[:count] if item[1] > 0]
 
     def busy(self, queue: Key) -> list[str]:
-        """The groups of ``queue`` busy now."""
-        half, weight = self._position()
+        """The groups of ``queue`` busy now (found busy within :data:`HOLD`)."""
+        now = self.now()
         with self._lock:
             counts = self._queues.get(queue)
             if counts is None:
                 return []
-            counts.roll(half)
-            return sorted(g for g in counts.groups() if self._busy(counts, g, weight))
+            return sorted(g for g, until in counts.busy_until.items() if until > now)

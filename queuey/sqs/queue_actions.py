@@ -4,6 +4,10 @@ messages back from a dead-letter queue (:mod:`queuey.sqs.movetasks`).
 Queues are made and dropped through the core's queue lifecycle
 (:class:`queuey.core.queues.Queues`): the application's queue limit and this
 node's metadata cache are kept there, for every door alike.
+
+A standard queue made here is a fair queue (:mod:`queuey.core.fairness`),
+because Amazon SQS serves a standard queue's message groups fairly without
+a setting.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import QueueMeta
+from queuey.model.flow import queue_key
 from queuey.sqs import attributes as qa
 from queuey.sqs import inputs
 from queuey.sqs import queues as qs
@@ -56,6 +61,10 @@ class QueueActions(Actions):
             )
         attributes = changes.pop("attributes_set")
         attributes.update(qs.tag_attributes(attributes, tags))
+        if not fifo:
+            # As Amazon SQS, unasked: a standard queue serves its message
+            # groups fairly (a FIFO queue keeps each group's strict order).
+            attributes[queue_key("fair")] = "1"
         meta = QueueMeta(
             application=app,
             name=name,

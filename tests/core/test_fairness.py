@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from queuey.core.fairness import BUSY_LANE, MAX_GROUPS, QUIET_LANE, WINDOW, GroupTracker
+from queuey.core.fairness import (
+    BUSY_LANE,
+    HOLD,
+    MAX_GROUPS,
+    NORMAL_LANE,
+    QUIET_LANE,
+    GroupTracker,
+)
 from queuey.core.quotas import LocalBuckets, give_tokens, take_tokens
 
 Q = ("app", "queue")
@@ -25,31 +32,34 @@ def test_a_flood_is_busy_and_trickling_groups_stay_quiet() -> None:
     clock = Clock()
     tracker = GroupTracker(clock, threshold=100)
     flood = tracker.lanes(Q, ["a"] * 10_000)
-    # A flood is busy from past its threshold, even before anyone else posts.
-    assert flood[:100] == [QUIET_LANE] * 100
-    assert set(flood[100:]) == {BUSY_LANE}
+    # A flood is busy from past its threshold, even before anyone else posts;
+    # before, every message is in the one normal lane.
+    assert flood[:101] == [NORMAL_LANE] * 101
+    assert set(flood[101:]) == {BUSY_LANE}
     assert tracker.busy(Q) == ["a"]
     assert tracker.top(Q, 1)[0][0] == "a"
     for second in range(20):
         clock.at += 1
         lanes = tracker.lanes(Q, [f"g{n}" for n in range(9) for _ in range(10)])
-        assert set(lanes) == {QUIET_LANE}, second
+        assert set(lanes) == {QUIET_LANE}, second  # they pass the flood
 
 
-def test_groups_posting_alike_are_all_quiet() -> None:
+def test_groups_posting_alike_share_the_normal_lane() -> None:
     tracker = GroupTracker(Clock(), threshold=10)
-    lanes = tracker.lanes(Q, ["a", "b", "c"] * 1000)
-    # Past the first threshold, each is compared with the others' mean.
-    assert set(lanes[100:]) == {QUIET_LANE}
+    lanes = tracker.lanes(Q, ["b", "c", "d"] * 1000)
+    assert set(lanes) == {NORMAL_LANE}
+    assert tracker.busy(Q) == []
 
 
-def test_a_busy_group_quietens_once_its_window_passes() -> None:
+def test_a_flood_stays_busy_until_its_hold_passes_then_all_is_normal() -> None:
     clock = Clock()
     tracker = GroupTracker(clock, threshold=10)
     tracker.lanes(Q, ["a"] * 1000 + ["b"])
-    assert tracker.lanes(Q, ["a"]) == [BUSY_LANE]
-    clock.at += WINDOW + 0.1
-    assert tracker.lanes(Q, ["a"]) == [QUIET_LANE]
+    clock.at += 60  # the flood's posts are long past, its backlog may not be
+    assert tracker.lanes(Q, ["b", "a"]) == [QUIET_LANE, BUSY_LANE]
+    clock.at += HOLD - 59
+    assert tracker.lanes(Q, ["b", "a"]) == [NORMAL_LANE, NORMAL_LANE]
+    assert tracker.busy(Q) == []
 
 
 def test_the_groups_counted_are_bounded() -> None:
