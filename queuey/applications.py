@@ -20,6 +20,11 @@ Applications live in an INI file named by ``queuey.applications``::
     max_burst = 400
     max_waiting_polls = 8
     max_queues = 100
+    # what it may post and store (queuey.core.flow): messages posted per
+    # second, messages and body bytes stored over all its queues
+    max_posts_per_second = 500
+    max_messages = 1000000
+    max_bytes = 1073741824
 
 Keys are compared in constant time (:func:`hmac.compare_digest` on SHA-256
 digests) and never logged. ``queuey keygen NAME`` prints a new key and the
@@ -71,6 +76,9 @@ class Application:
     max_burst: int | None = None
     max_waiting_polls: int | None = None
     max_queues: int | None = None
+    max_posts_per_second: float | None = None
+    max_messages: int | None = None
+    max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.account_id:

@@ -48,6 +48,9 @@ DEFAULTS: dict[str, str] = {
     "queuey.limits.max_waiting_polls": "",  # half of queuey.reserve.max_waiting
     "queuey.limits.max_queues": "1000",
     "queuey.limits.throttle_hold": "1",
+    "queuey.limits.max_posts_per_second": "0",
+    "queuey.limits.max_messages": "0",
+    "queuey.limits.max_bytes": "0",
     "queuey.sqs.region": "us-east-1",
     "queuey.sqs.regions": "*",
     "queuey.sqs.partitions": "4",
@@ -177,6 +180,12 @@ class Settings:
     #: Posts a group makes in a fair queue's window before it may count as
     #: busy (:mod:`queuey.core.fairness`).
     flow_fair_threshold: int = 100
+    #: Each application's post rate and what it may store unless the
+    #: applications file says otherwise (:mod:`queuey.core.flow`; 0: no
+    #: limit): messages posted per second, messages and body bytes stored.
+    limits_max_posts_per_second: float = 0.0
+    limits_max_messages: int = 0
+    limits_max_bytes: int = 0
 
     @property
     def read_delay_micros(self) -> int:
@@ -213,6 +222,9 @@ LIMIT_RANGES: dict[str, tuple[Callable[[str], float], float, float]] = {
     "max_burst": (int, 1, 1_000_000),
     "max_waiting_polls": (int, 0, 10_000),
     "max_queues": (int, 0, 10_000_000),
+    "max_posts_per_second": (float, 0, 1_000_000),
+    "max_messages": (int, 0, 1_000_000_000_000),
+    "max_bytes": (int, 0, 2**50),
 }
 
 
@@ -303,6 +315,9 @@ def load_settings(
         flow_fair_threshold=_get(
             raw, "queuey.flow.fair_threshold", int, lambda v: 1 <= v <= 1_000_000
         ),
+        limits_max_posts_per_second=_limit(raw, "max_posts_per_second"),
+        limits_max_messages=_limit(raw, "max_messages"),
+        limits_max_bytes=_limit(raw, "max_bytes"),
     )
     if not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")

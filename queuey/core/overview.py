@@ -34,10 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from queuey.clock import Clock
+from queuey.core.figures import QueueFigures, measure
+from queuey.core.flow import trim
+from queuey.core.lengths import Counters, Lengths
 from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
-from queuey.model import PartitionStats, QueueMeta, SubscriptionStats
+from queuey.model import QueueMeta
+from queuey.model.flow import queue_flow
 from queuey.storage import Storage
+
+__all__ = ["HISTORY_MINUTES", "Minute", "Overview", "QueueFigures", "measure"]
 
 log = logging.getLogger(__name__)
 
@@ -45,35 +51,6 @@ log = logging.getLogger(__name__)
 HISTORY_MINUTES = 60
 #: Queues listed per storage call while discovering them.
 LIST_PAGE = 1000
-
-
-@dataclass(frozen=True)
-class QueueFigures:
-    """A queue's counts as of ``measured`` (microseconds since the epoch).
-
-    ``in_flight``, ``delayed`` and ``dead_lettered`` are summed over the
-    queue's subscriptions (a delayed message counts once per subscription).
-    ``oldest_age``: seconds since the oldest live message was posted (or
-    ``None`` when the queue is empty), as of ``measured``.
-    """
-
-    meta: QueueMeta
-    depth: int
-    in_flight: int
-    delayed: int
-    dead_lettered: int
-    oldest_age: float | None
-    partitions: tuple[PartitionStats, ...]
-    subscriptions: tuple[SubscriptionStats, ...]
-    measured: int
-
-    @property
-    def application(self) -> str:
-        return self.meta.application
-
-    @property
-    def name(self) -> str:
-        return self.meta.name
 
 
 @dataclass
@@ -96,24 +73,6 @@ class _Entry:
     )
 
 
-def measure(storage: Storage, meta: QueueMeta, now_micros: int) -> QueueFigures:
-    """Count a queue now (a storage scan: see :meth:`Storage.stats`)."""
-    stats = storage.stats(meta, now_micros)
-    subs = stats.subscriptions
-    oldest = stats.oldest_timestamp
-    return QueueFigures(
-        meta=meta,
-        depth=stats.messages,
-        in_flight=sum(s.in_flight for s in subs),
-        delayed=sum(s.delayed for s in subs),
-        dead_lettered=sum(s.dead_lettered for s in subs),
-        oldest_age=None if oldest is None else max(0.0, (now_micros - oldest) / MICROS),
-        partitions=tuple(stats.partitions),
-        subscriptions=tuple(subs),
-        measured=now_micros,
-    )
-
-
 class Overview:
     """The cached figures of every queue of every application, and their history.
 
@@ -124,6 +83,13 @@ class Overview:
     seconds of measuring per pass; the queues left wait for the next pass.
     ``max_queues``: most queues watched; more are counted in :attr:`unwatched`
     and left out (this bounds memory and the metrics' label sets).
+
+    Flow control reads :meth:`length` and :meth:`usage` on every post. The
+    queues they depend on, those with a ``max_length`` or of an application
+    with a stored quota (:attr:`stored_quota`), are watched before the others
+    and measured on every pass, before the stale ones; a ``drop_head`` queue
+    found over its length is trimmed (:func:`queuey.core.flow.trim`), the
+    deleted messages reported to :attr:`on_dropped`, and measured again.
     """
 
     def __init__(
@@ -138,6 +104,7 @@ class Overview:
         max_queues: int = 5000,
         publish: Path | None = None,
         follow: Path | None = None,
+        counters: Counters | None = None,
     ) -> None:
         self.storage = storage
         self.clock = clock
@@ -161,10 +128,20 @@ class Overview:
         #: process reads the figures another process measured (``follow``).
         self.publish_to = publish
         self.follow = follow
-        self._followed: int | None = None  # the snapshot's mtime_ns last read
+        self._followed: tuple[int, int] | None = None  # the snapshot last read: mtime, inode
         #: Extra state published beside the figures, by name: ``(get, set)``
         #: (the consumer groups' figures).
         self.shared: dict[str, tuple[Callable[[], Any], Callable[[Any, float], None]]] = {}
+        #: Queue lengths and application usage for flow control, from the post
+        #: ``counters`` this server's processes share (:mod:`queuey.core.lengths`).
+        self.lengths = Lengths(counters)
+        #: An application's ``(max_messages, max_bytes)`` (0: none): the
+        #: queues of one with either are measured every pass, with their bytes.
+        self.stored_quota: Callable[[str], tuple[int, int]] = lambda application: (0, 0)
+        #: Called with a ``drop_head`` queue and the messages a trim deleted.
+        self.on_dropped: Callable[[QueueMeta, int], None] = lambda queue, count: None
+        #: This server's part of the live API processes (:mod:`queuey.core.lengths`).
+        self.share: Callable[[], float] = lambda: 1.0
 
     # -- reading the cache -----------------------------------------------------
     def queues(self, application: str) -> list[tuple[QueueMeta, QueueFigures | None]]:
@@ -193,16 +170,26 @@ class Overview:
         with self._lock:
             return [e.figures for e in self._entries.values() if e.figures is not None]
 
+    def watched(self) -> list[QueueMeta]:
+        """Every watched queue's metadata as last discovered or measured
+        (newer than its figures' between measurements): what the flow
+        gauges show."""
+        self._follow()
+        with self._lock:
+            return [e.meta for e in self._entries.values()]
+
     def length(self, meta: QueueMeta) -> int | None:
-        """The queue's stored messages as far as this process knows (None:
-        not measured yet); what a ``max_length`` is checked against."""
-        figures = self.figures(meta.application, meta.name)
-        return None if figures is None else figures.depth
+        """The queue's stored messages as last measured plus the posts since,
+        as this process reckons them (None: unknown); what a ``max_length`` is
+        checked against. How far it may be off: :mod:`queuey.core.lengths`."""
+        self._follow()
+        return self.lengths.length(meta, self.share())
 
     def usage(self, application: str) -> tuple[int, int] | None:
-        """``(messages, bytes)`` the application stores, as far as this
-        process knows (None: nothing measured yet)."""
-        return None
+        """``(messages, bytes)`` the application stores over its watched
+        queues, as for :meth:`length` (None: nothing known yet)."""
+        self._follow()
+        return self.lengths.usage(application, self.share())
 
     def history(self, application: str, name: str) -> list[Minute]:
         """The queue's last hour, a :class:`Minute` per minute seen, oldest first."""
@@ -221,10 +208,14 @@ class Overview:
             minute = self._minute_of(entry, at)
             minute.posted += posted
             minute.acked += acked
+            if posted and self.limited(meta):  # only they are asked: one slot each
+                self.lengths.posted(meta, posted)
 
     def refresh(self, meta: QueueMeta) -> QueueFigures:
         """Measure one queue now (after an operator changed it) and cache it."""
-        figures = measure(self.storage, meta, self.clock.now_micros())
+        sized = bool(self.stored_quota(meta.application)[1])
+        mark = self.lengths.mark(meta)
+        figures = measure(self.storage, meta, self.clock.now_micros(), sized=sized, mark=mark)
         self._store(figures)
         return figures
 
@@ -232,6 +223,11 @@ class Overview:
         """Stop watching a deleted queue."""
         with self._lock:
             self._entries.pop((application, name), None)
+            self.lengths.forget(application, name)
+
+    def limited(self, meta: QueueMeta) -> bool:
+        """Whether a post's admission depends on the queue's figures."""
+        return bool(queue_flow(meta).max_length) or any(self.stored_quota(meta.application))
 
     def refresh_pass(self) -> int:
         """One refresher pass: discover queues, measure the stale ones within
@@ -240,23 +236,41 @@ class Overview:
         now = self.clock.now_micros()
         stale_before = now - int(self.max_age * MICROS)
         with self._lock:
-            due = sorted(
-                (e.figures.measured if e.figures else 0, key, e.meta)
-                for key, e in self._entries.items()
-                if e.figures is None or e.figures.measured <= stale_before
-            )
+            entries = [
+                (e.figures.measured if e.figures else 0, k, e.meta)
+                for k, e in self._entries.items()
+            ]
+        limited, stale = [], []
+        for item in sorted(entries):
+            if self.limited(item[2]):
+                limited.append(item[2])
+            elif item[0] <= stale_before:
+                stale.append(item[2])
         started = time.monotonic()
         measured = 0
-        for _, _, meta in due:
-            if time.monotonic() - started >= self.budget and measured:
-                break
-            try:
-                self.refresh(meta)
-            except QueueNotFound:
-                self.forget(meta.application, meta.name)
-            measured += 1
+        # Each list gets at least one queue per pass: the limited cannot starve the rest.
+        for due in (limited, stale):
+            for n, meta in enumerate(due):
+                if n and time.monotonic() - started >= self.budget:
+                    break
+                try:
+                    self._measure(meta)
+                except QueueNotFound:
+                    self.forget(meta.application, meta.name)
+                measured += 1
         self.last_pass_seconds = time.monotonic() - started
         return measured
+
+    def _measure(self, meta: QueueMeta) -> None:
+        """Measure a queue; trim it if it is a ``drop_head`` queue over its length."""
+        figures = self.refresh(meta)
+        flow = queue_flow(meta)
+        if flow.overflow != "drop_head" or not flow.max_length < figures.depth:
+            return
+        dropped = trim(self.storage, meta, figures.depth, self.clock.now_micros())
+        if dropped:
+            self.on_dropped(meta, dropped)
+            self.refresh(meta)
 
     # -- sharing between processes --------------------------------------------
     def publish(self) -> None:
@@ -290,9 +304,11 @@ class Overview:
         if self.follow is None:
             return
         try:
-            changed = os.stat(self.follow).st_mtime_ns
+            found = os.stat(self.follow)
         except FileNotFoundError:
             return
+        # Each publish replaces the file: a new inode, even within one mtime tick.
+        changed = (found.st_mtime_ns, found.st_ino)
         if changed == self._followed:
             return
         try:
@@ -305,6 +321,7 @@ class Overview:
             for key in list(self._entries):
                 if key not in snapshot["entries"]:
                     del self._entries[key]
+                    self.lengths.forget(*key)
             for key, (meta, figures) in snapshot["entries"].items():
                 entry = self._entries.get(key)
                 if entry is None:
@@ -312,6 +329,9 @@ class Overview:
                 mine = entry.figures
                 if figures is not None and (mine is None or mine.measured <= figures.measured):
                     entry.meta, entry.figures = meta, figures
+                    self.lengths.measured(
+                        meta, figures.depth, figures.bytes, figures.mark, figures.measured
+                    )
             self.unwatched = snapshot["unwatched"]
             self.last_pass_seconds = snapshot["last_pass_seconds"]
             self._discovered = True
@@ -349,24 +369,32 @@ class Overview:
 
     # -- inside ----------------------------------------------------------------
     def _discover(self) -> None:
-        seen: dict[tuple[str, str], QueueMeta] = {}
-        unwatched = 0
+        """List the queues to watch: those flow control depends on first
+        (:meth:`limited`), then the others, up to ``max_queues`` in all."""
+        limited: list[QueueMeta] = []
+        others: list[QueueMeta] = []
+        total = 0
         for application in sorted(self.applications()):
             after = None
             while True:
                 page = self.storage.list_queues(application, LIST_PAGE, after)
                 for meta in page:
-                    if len(seen) < self.max_queues:
-                        seen[(application, meta.name)] = meta
-                    else:
-                        unwatched += 1
+                    total += 1
+                    if self.limited(meta):
+                        limited.append(meta)
+                    elif len(others) < self.max_queues:
+                        others.append(meta)
                 if len(page) < LIST_PAGE:
                     break
                 after = page[-1].name
+        watched = (limited + others)[: self.max_queues]
+        seen = {(meta.application, meta.name): meta for meta in watched}
+        unwatched = total - len(seen)
         with self._lock:
             for key in list(self._entries):
                 if key not in seen:
                     del self._entries[key]
+                    self.lengths.forget(*key)
             for key, meta in seen.items():
                 entry = self._entries.get(key)
                 if entry is None:
@@ -391,6 +419,9 @@ class Overview:
                 return
             entry.meta = figures.meta
             entry.figures = figures
+            self.lengths.measured(
+                figures.meta, figures.depth, figures.bytes, figures.mark, figures.measured
+            )
             minute = self._minute_of(entry, at)
             minute.depth = figures.depth
             minute.in_flight = figures.in_flight

@@ -1,6 +1,6 @@
 """Isolation between applications: each application's share of the service.
 
-Three limits per application, defaults in the settings (``queuey.limits.*``)
+Limits per application, defaults in the settings (``queuey.limits.*``)
 and overrides per application in the applications file
 (:mod:`queuey.applications`); 0 turns a limit off:
 
@@ -24,6 +24,11 @@ and overrides per application in the applications file
   :class:`TooManyQueues`. Dead-letter queues the service makes on its own are
   not refused (a message must not loop because its application is full); at
   most one per queue, they are bounded by the limit too.
+* **posts and what is stored** (``max_posts_per_second``, ``max_messages``,
+  ``max_bytes``): :class:`Quotas.limits` carries them; flow control checks
+  them on every post (:mod:`queuey.core.flow`), against the stored messages
+  and bytes the operators' overview measured plus the posts counted since
+  (:meth:`queuey.core.overview.Overview.usage`, :mod:`queuey.core.lengths`).
 
 Across the server's worker processes (:mod:`queuey.server`), the request
 buckets live in one shared-memory file in the server's own directory
@@ -360,6 +365,9 @@ def limits_of(app: Application, defaults: Limits) -> Limits:
         burst=_given(app.max_burst, defaults.burst),
         waiting_polls=_given(app.max_waiting_polls, defaults.waiting_polls),
         queues=_given(app.max_queues, defaults.queues),
+        posts_per_second=_given(app.max_posts_per_second, defaults.posts_per_second),
+        messages=_given(app.max_messages, defaults.messages),
+        bytes=_given(app.max_bytes, defaults.bytes),
     )
 
 
@@ -373,6 +381,9 @@ def default_limits(settings: Settings) -> Limits:
         burst=settings.limits_max_burst,
         waiting_polls=settings.limits_max_waiting_polls,
         queues=settings.limits_max_queues,
+        posts_per_second=settings.limits_max_posts_per_second,
+        messages=settings.limits_max_messages,
+        bytes=settings.limits_max_bytes,
     )
 
 

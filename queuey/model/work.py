@@ -85,6 +85,9 @@ class QueueStats:
     oldest_timestamp: int | None
     partitions: list[PartitionStats]
     subscriptions: list[SubscriptionStats]
+    #: The live messages' bodies in bytes (UTF-8), when the backend counts
+    #: them in the same scan (SQLite); None when it does not (Cassandra).
+    bytes: int | None = None
 
 
 def make_receipt(partition: int, message_id: uuid.UUID, token: str) -> str:

@@ -323,7 +323,8 @@ class Storage(abc.ABC):
         """Message counts per partition and per subscription (every subscription
         used on this incarnation). Counts may be approximate: a backend says in
         its docs how, and is never off by more than the messages that changed
-        state during the call."""
+        state during the call. ``bytes`` (the bodies' UTF-8 size) is given by a
+        backend that reads it in the same scan, else None."""
 
     # -- checkpoints ----------------------------------------------------------
     @abc.abstractmethod
