@@ -8,7 +8,6 @@ import threading
 import queuey
 from queuey.server import close_app
 
-
 #: The threads an app's parent process runs besides serving.
 NAMES = {"queuey-overview", "queuey-schedules"}
 

@@ -178,6 +178,12 @@ class FlowControl:
         lanes), or :class:`FlowRefused` (see the module docstring)."""
         flow = queue_flow(queue)
         count = len(messages)
+        if flow.fair and not queue.fifo and any(m.priority for m in messages):
+            raise PriorityOnFairQueue(
+                "priority",
+                f"queue {queue.name} is fair: its messages' order is set by their groups, "
+                "a post may not name a priority",
+            )
         if flow.paused:
             raise self._refuse(
                 queue,
@@ -269,12 +275,6 @@ class FlowControl:
                 )
 
     def _laned(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[NewMessage]:
-        if any(m.priority for m in messages):
-            raise PriorityOnFairQueue(
-                "priority",
-                f"queue {queue.name} is fair: its messages' order is set by their groups, "
-                "a post may not name a priority",
-            )
         groups = [message_group(m.attributes) for m in messages]
         lanes = self.tracker.lanes((queue.application, queue.name), groups)
         return [replace(m, priority=lane) for m, lane in zip(messages, lanes, strict=True)]

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from queuey import jsonio
 from queuey.model import NewMessage, QueueMeta
+from queuey.model.flow import GROUP_KEY, valid_group
 from queuey.placement import partition_for_key
 
 #: Highest ``priority`` (0 is the default and the lowest).
@@ -31,8 +32,18 @@ MAX_DEDUP_ID = 128
 #: The rules :class:`InvalidMessage` names. ``queue_delay``: the queue's delay,
 #: taken because none was given, is longer than the message's ttl.
 Rule = Literal[
-    "ttl", "delay", "queue_delay", "partition", "priority", "dedup_id", "attributes", "size"
+    "ttl",
+    "delay",
+    "queue_delay",
+    "partition",
+    "priority",
+    "dedup_id",
+    "group",
+    "attributes",
+    "size",
 ]
+#: What a bad ``group`` is told.
+GROUP_WORDS = "must be 1 to 128 characters: letters, digits and punctuation (no spaces)"
 
 
 class InvalidMessage(ValueError):
@@ -56,7 +67,8 @@ class InvalidFields(ValueError):
 
 class Placement(Protocol):
     """A JSON door's message fields (the REST API's placement model, which the
-    admin form's fields are validated by)."""
+    admin form's fields are validated by). ``group`` and ``attributes`` are
+    optional: a door without them leaves them out."""
 
     partition: int | None
     partition_key: str | None
@@ -121,6 +133,7 @@ class MessageRules:
         attributes: Mapping[str, str] | None = None,
         size: int | None = None,
         max_size: int | None = None,
+        group: str | None = None,
     ) -> NewMessage:
         """The message to store in ``meta``, every rule checked, the size last.
 
@@ -128,7 +141,10 @@ class MessageRules:
         the queue's (the ttl clamped, :meth:`ttl_of`); a delay is at most the
         ttl. ``size`` defaults to the body's UTF-8 length and ``max_size`` to
         ``max_message_size`` (:meth:`check_size`). Empty ``attributes`` are
-        stored as none.
+        stored as none. ``group`` (:data:`~queuey.model.flow.GROUP_PATTERN`)
+        is kept in the attributes under :data:`~queuey.model.flow.GROUP_KEY`,
+        where the SQS endpoint keeps a ``MessageGroupId``, so fair queues and
+        both doors see one group.
         """
         ttl = self.ttl_of(meta, ttl)
         if delay is None:
@@ -164,6 +180,10 @@ class MessageRules:
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
         ):
             raise InvalidMessage("attributes", "attributes", "names and values must be text")
+        if group is not None:
+            if not valid_group(group):
+                raise InvalidMessage("group", "group", GROUP_WORDS)
+            attributes = {**(attributes or {}), GROUP_KEY: group}
         self.check_size(len(body.encode("utf-8")) if size is None else size, max_size)
         return NewMessage(
             body=body,
@@ -179,8 +199,9 @@ class MessageRules:
         self, meta: QueueMeta, body: Any, placement: Placement, default_partition: int
     ) -> NewMessage:
         """A message of the JSON doors (the REST API, the admin form): ``body``
-        a JSON object, placed by ``partition`` or ``partition_key`` (not both)
-        or else in ``default_partition``, then :meth:`build`.
+        a JSON object, placed by :func:`placed`, then :meth:`build`. Its
+        ``attributes`` may not name :data:`~queuey.model.flow.GROUP_KEY`: a
+        group is given as ``group``, and checked as one.
 
         Every wrong field is named at once (:class:`InvalidFields`); a body too
         large (:class:`InvalidMessage` ``size``) only when nothing else is wrong.
@@ -190,12 +211,13 @@ class MessageRules:
             errors["partition_key"] = "give either partition or partition_key, not both"
         if not isinstance(body, dict):
             errors["body"] = "a message must be a JSON object"
-        partition = placement.partition
-        if partition is None:
-            if placement.partition_key is not None:
-                partition = partition_for_key(placement.partition_key, meta.partitions)
-            else:
-                partition = default_partition
+        attributes = getattr(placement, "attributes", None)
+        if attributes and GROUP_KEY in attributes:
+            errors["attributes"] = f"{GROUP_KEY} holds the message's group: give it as group"
+        group = getattr(placement, "group", None)
+        partition = placed(
+            meta, placement.partition, placement.partition_key, group, default_partition
+        )
         try:
             message = self.build(
                 meta,
@@ -205,7 +227,8 @@ class MessageRules:
                 delay=placement.delay,
                 priority=placement.priority,
                 dedup_id=placement.dedup_id,
-                attributes=getattr(placement, "attributes", None),
+                attributes=attributes,
+                group=group,
             )
         except InvalidMessage as exc:
             if exc.rule == "size" and not errors:
@@ -215,3 +238,24 @@ class MessageRules:
         if errors:
             raise InvalidFields(errors)
         return message
+
+
+def placed(
+    meta: QueueMeta,
+    partition: int | None,
+    partition_key: str | None,
+    group: str | None,
+    default: int,
+) -> int:
+    """The partition a message goes to: the one named, else its
+    ``partition_key``'s, else its ``group``'s (as the SQS endpoint places a
+    ``MessageGroupId``, so a group's messages share a partition and keep
+    their order there), else ``default`` (each door's random choice).
+    """
+    if partition is not None:
+        return partition
+    if partition_key is not None:
+        return partition_for_key(partition_key, meta.partitions)
+    if valid_group(group):  # a bad one is refused by :meth:`MessageRules.build`
+        return partition_for_key(group, meta.partitions)  # type: ignore[arg-type]
+    return default

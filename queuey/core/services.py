@@ -10,7 +10,7 @@ matter.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from queuey.core.fairness import GroupTracker
 from queuey.core.flow import AppLimits, FlowControl
 from queuey.core.flowsettings import FlowSettings
 from queuey.core.groups import Groups
+from queuey.core.lengths import SharedCounters
 from queuey.core.longpoll import LongPolls
 from queuey.core.messages import MessageRules
 from queuey.core.metrics import Metrics
@@ -129,7 +130,25 @@ def build_services(
         max_queues=settings.stats_max_queues,
         publish=snapshot if role == "refresher" else None,
         follow=snapshot if role == "worker" else None,
+        # Posts to queues with a length or quota, counted by every process of the server.
+        counters=SharedCounters(shared_dir / LENGTH_COUNTERS) if shared_dir else None,
     )
+    overview.on_dropped = metrics.dropped
+
+    def stored_quota(application: str) -> tuple[int, int]:
+        limits = quotas.limits(application)
+        return limits.messages, limits.bytes
+
+    overview.stored_quota = stored_quota
+    # The server's processes the store counts live: its workers and, as it
+    # measures queues (Cassandra's owned stats join), its refresher process.
+    here = max(1, int(os.environ.get(WORKERS_ENV, "1") or 1)) + 1 if shared_dir else 1
+
+    def server_share() -> float:
+        live = storage.live_processes()
+        return min(1.0, here / live) if live else 1.0
+
+    overview.share = server_share
     groups = None
     if settings.zookeeper_hosts:
         groups = Groups(
@@ -152,7 +171,7 @@ def build_services(
         overview.count(queue, acked=count)
 
     rules = MessageRules.from_settings(settings)
-    flow = build_flow(settings, storage, clock, quotas, overview, metrics, shared_dir)
+    flow = build_flow(settings, storage, clock, quotas, overview, metrics, shared_dir, server_share)
     queues = Queues(
         storage,
         QueueCache(settings.metadata_cache_seconds, shared=storage.metadata_changes()),
@@ -203,6 +222,8 @@ def build_services(
 
 #: The server's flow buckets file in its directory (``QUEUEY_SHARED_DIR``).
 FLOW_BUCKETS = "flow.buckets"
+#: The server's post counters file in its directory (:mod:`queuey.core.lengths`).
+LENGTH_COUNTERS = "lengths.counts"
 #: How many worker processes serve in this server (set by :mod:`queuey.server`).
 WORKERS_ENV = "QUEUEY_WORKERS"
 
@@ -215,13 +236,14 @@ def build_flow(
     overview: Overview,
     metrics: Metrics,
     shared_dir: Path | None,
+    server_share: Callable[[], float],
 ) -> FlowControl:
     """Flow control wired to where its buckets live and what it measures.
 
     Buckets are shared by every process of the host when the store names a
     file for them (SQLite), else by the server's workers (its directory);
-    in the second case each server enforces its part of a rate, the server's
-    workers over the store's live processes."""
+    in the second case each server enforces its part of a rate
+    (``server_share``: its processes over the store's live processes)."""
     host_file = storage.flow_buckets_path()
     if host_file:
         buckets: Any = SharedBuckets(host_file)
@@ -229,13 +251,9 @@ def build_flow(
         buckets = SharedBuckets(shared_dir / FLOW_BUCKETS)
     else:
         buckets = LocalBuckets()
-    here = max(1, int(os.environ.get(WORKERS_ENV, "1") or 1)) if shared_dir else 1
 
     def share() -> float:
-        if host_file:
-            return 1.0
-        live = storage.live_processes()
-        return 1.0 if not live else min(1.0, here / live)
+        return 1.0 if host_file else server_share()
 
     def app_limits(application: str) -> AppLimits:
         limits = quotas.limits(application)

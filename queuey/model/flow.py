@@ -38,8 +38,10 @@ from queuey.model.queues import QueueMeta
 Overflow = Literal["reject", "drop_head"]
 OVERFLOWS: tuple[Overflow, ...] = ("reject", "drop_head")
 
-#: Highest rate (messages per second) a setting may name.
+#: Highest and lowest rate (messages per second) a setting may name (one
+#: message an hour at the lowest, so a wait always fits a Retry-After).
 MAX_RATE = 1_000_000.0
+MIN_RATE = 1 / 3600
 #: Largest burst, in-flight cap and queue length a setting may name.
 MAX_COUNT = 1_000_000_000
 #: The message attribute holding a message's group (the SQS endpoint's
@@ -138,7 +140,7 @@ def _number(text: str | None) -> float:
         value = float(text) if text else 0.0
     except ValueError:
         return 0.0
-    return value if math.isfinite(value) and value > 0 else 0.0
+    return value if math.isfinite(value) and value >= MIN_RATE else 0.0
 
 
 def _count(text: str | None) -> int:
@@ -231,9 +233,11 @@ def _rate(value: Any, field: str, errors: dict[str, str]) -> str | None:
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or not 0 < value <= MAX_RATE
+        or not MIN_RATE <= value <= MAX_RATE
     ):
-        errors[field] = f"must be a number above 0 and at most {MAX_RATE:g} (0 or null: no limit)"
+        errors[field] = (
+            f"must be a number from 1/3600 (one an hour) to {MAX_RATE:g} (0 or null: no limit)"
+        )
         return None
     return repr(float(value))
 

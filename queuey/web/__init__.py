@@ -11,10 +11,22 @@ ROUTES = [
     ("queue_release", "/queue/{name}/release", "queuey.web.resources.QueueContext"),
     ("queue_extend", "/queue/{name}/extend", "queuey.web.resources.QueueContext"),
     ("queue_stats", "/queue/{name}/stats", "queuey.web.resources.QueueContext"),
+    ("queue_pause", "/queue/{name}/pause", "queuey.web.resources.QueueContext"),
+    ("queue_resume", "/queue/{name}/resume", "queuey.web.resources.QueueContext"),
     ("queue_subscriptions", "/queue/{name}/subscriptions", "queuey.web.resources.QueueContext"),
     (
         "queue_subscription",
         "/queue/{name}/subscriptions/{subscription}",
+        "queuey.web.resources.QueueContext",
+    ),
+    (
+        "queue_subscription_pause",
+        "/queue/{name}/subscriptions/{subscription}/pause",
+        "queuey.web.resources.QueueContext",
+    ),
+    (
+        "queue_subscription_resume",
+        "/queue/{name}/subscriptions/{subscription}/resume",
         "queuey.web.resources.QueueContext",
     ),
     ("queue_redrive", "/queue/{name}/redrive", "queuey.web.resources.QueueContext"),

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from queuey.model.flow import Overflow
 from queuey.web.schemas import Consistency, MessageId, Model, QueueType
 
 Failed = dict[str, Literal["expired", "unknown"]]
@@ -26,6 +27,31 @@ class Error(Model):
     error_msg: dict[str, str] = Field(description="one entry per bad field or reason")
 
 
+class QueueFlowInfo(Model):
+    """A queue's flow settings (0: no limit)."""
+
+    paused: bool
+    post_rate: float
+    post_burst: int = Field(description="the bucket's size (0 without post_rate)")
+    max_length: int
+    overflow: Overflow
+    fair: bool
+
+
+class SubscriptionFlowInfo(Model):
+    """A subscription's flow settings (0: no limit)."""
+
+    paused: bool
+    rate: float
+    burst: int = Field(description="the bucket's size (0 without rate)")
+    max_in_flight: int
+
+
+class FlowInfo(Model):
+    queue: QueueFlowInfo
+    subscriptions: dict[str, SubscriptionFlowInfo] = Field(description="those with a setting")
+
+
 class QueueInfo(Model):
     queue_name: str
     partitions: int
@@ -37,6 +63,7 @@ class QueueInfo(Model):
     max_attempts: int
     dead_letter_queue: str
     delay: int
+    flow: FlowInfo
 
 
 class Queue(QueueInfo):
@@ -62,6 +89,7 @@ class Posted(Model):
 class Message(MessageRef):
     body: dict[str, Any]
     attributes: dict[str, str] = Field(None, description="only when the message has some")
+    group: str = Field(None, description="only when the message has one")
     priority: int = Field(None, description="0-9; in a read only when not 0")
 
 
@@ -128,6 +156,7 @@ class StatsAnswer(Model):
 class SubscriptionSetting(Model):
     subscription: str
     filter: dict[str, Any] | None = Field(description="null: it takes every message")
+    flow: SubscriptionFlowInfo
 
 
 class SubscriptionAnswer(SubscriptionSetting):
@@ -136,7 +165,9 @@ class SubscriptionAnswer(SubscriptionSetting):
 
 class SubscriptionsAnswer(Model):
     status: Literal["ok"]
-    subscriptions: list[SubscriptionSetting] = Field(description="those with a filter")
+    subscriptions: list[SubscriptionSetting] = Field(
+        description="those with a filter or a flow setting"
+    )
 
 
 class RedriveAnswer(Model):

@@ -2,8 +2,8 @@
 
 A tween times every request, logs one line for it (never the key) and feeds
 the request counters; ``GET /metrics`` exposes them, the core's counters
-(:mod:`queuey.core.metrics`) and the per-queue gauges to addresses in
-``queuey.metrics.allow``.
+(:mod:`queuey.core.metrics`), the per-queue gauges and flow control's
+(:class:`FlowCollector`) to addresses in ``queuey.metrics.allow``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from pyramid.response import Response
 from pyramid.view import view_config
 
 from queuey.core.access import client_address
+from queuey.core.fairgroups import FairGroups
 from queuey.core.metrics import Metrics
 from queuey.core.services import services_of
+from queuey.model.flow import queue_flow, subscription_flows
 from queuey.settings import address_in
 from queuey.web.responses import error
 from queuey.web.state import web_state_of
@@ -136,6 +138,56 @@ class QueueCollector(Collector):
         yield from (lag, lag_seconds, members)
 
 
+class FlowCollector(Collector):
+    """Flow control's gauges, computed at each scrape without a storage call.
+
+    ``queuey_flow_paused``: 1 for a paused queue's posting (``subscription=""``)
+    or a paused subscription, 0 for one that is not (every watched queue has a
+    posting series; a subscription has one once it has a flow setting), from
+    the metadata the overview last read of each watched queue. Every worker
+    reads the same store, so any one of them answers alike.
+
+    ``queuey_fair_group_posts``: each fair queue's busiest groups by posts in
+    the last :data:`queuey.core.fairness.WINDOW` seconds, summed over the
+    server's processes (:class:`queuey.core.fairgroups.FairGroups`), at most
+    :data:`FAIR_GROUPS` groups of :data:`FAIR_QUEUES` queues.
+    """
+
+    #: Groups shown per fair queue, and fair queues shown at most.
+    FAIR_GROUPS = 10
+    FAIR_QUEUES = 100
+
+    def __init__(self, overview, fair: FairGroups) -> None:
+        self.overview = overview
+        self.fair = fair
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        paused = GaugeMetricFamily(
+            "queuey_flow_paused",
+            '1 while a queue\'s posting (subscription "") or a subscription is paused',
+            labels=["application", "queue", "subscription"],
+        )
+        for meta in self.overview.watched():
+            paused.add_metric([meta.application, meta.name, ""], int(queue_flow(meta).paused))
+            for name, flow in subscription_flows(meta).items():
+                paused.add_metric([meta.application, meta.name, name], int(flow.paused))
+        yield paused
+        posts = GaugeMetricFamily(
+            "queuey_fair_group_posts",
+            "Recent posts of a fair queue's busiest groups (the last 10 s, all processes)",
+            labels=["application", "queue", "group"],
+        )
+        for (application, queue), groups in self.fair.top(
+            self.FAIR_GROUPS, self.FAIR_QUEUES
+        ).items():
+            for group, count in groups:
+                posts.add_metric([application, queue, group], count)
+        yield posts
+
+
 class RequestRecorder:
     """Counts, times and logs one answered request: for the tween (on the
     router and the fast path, :mod:`queuey.web.fastpath`, alike) and for the
@@ -199,4 +251,14 @@ def metrics_view(request):
 def includeme(config) -> None:
     services = services_of(config.registry)
     services.metrics.add_collector(QueueCollector(services.overview, services.groups))
+    # Fair queues' groups: each process counts its own posts; under the
+    # server's workers each writes them where the scraped one sums them.
+    shared = services.shared_dir
+    fair = FairGroups(
+        services.flow.tracker,
+        lambda: services.clock.now_micros() / 1_000_000,
+        shared / "fair-groups" if shared else None,
+    )
+    services.flow.tracker.on_counted = fair.counted
+    services.metrics.add_collector(FlowCollector(services.overview, fair))
     config.add_tween("queuey.web.metrics.metrics_tween_factory")

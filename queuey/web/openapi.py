@@ -11,6 +11,7 @@ live service against this description.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -39,11 +40,25 @@ ERRORS = {
     409: "a queue (or schedule) of that name exists; a schedule changed meanwhile",
     413: "the body, a message or the batch is too large",
     415: "the body is not JSON",
-    503: "storage unavailable; see Retry-After",
+    429: "over the queue's post_rate or the application's max_posts_per_second "
+    "(named); see Retry-After",
+    503: "storage unavailable, or the queue is paused (paused); see Retry-After",
+    507: "the queue is at its max_length, or the application at its max_messages or "
+    "max_bytes (named); see Retry-After",
 }
 #: Codes every /queue operation may answer.
 QUEUE_ERRORS = (400, 401, 403, 404, 405, 503)
 BODY_ERRORS = (413, 415)
+#: What flow control may answer a post (docs/flow.rst).
+POST_ERRORS = QUEUE_ERRORS + BODY_ERRORS + (429, 507)
+_SUB = "/queue/{name}/subscriptions/{subscription}"
+#: Pause and resume: (path, summary, answer).
+SWITCHES = (
+    ("/queue/{name}/pause", "Pause posting: posts are refused (503)", "Queue"),
+    ("/queue/{name}/resume", "Resume posting", "Queue"),
+    (f"{_SUB}/pause", "Pause deliveries: reserves get none (leases stay)", "SubscriptionAnswer"),
+    (f"{_SUB}/resume", "Resume a subscription's deliveries", "SubscriptionAnswer"),
+)
 
 
 def _clean(schema: Any) -> Any:
@@ -137,7 +152,7 @@ def _responses(ok_status: int, ok: str | dict, codes: tuple[int, ...]) -> dict[s
         }
         if code == 405:
             response["headers"] = {"Allow": {"schema": {"type": "string"}, "required": True}}
-        if code == 503:
+        if code in (429, 503, 507):
             response["headers"] = {"Retry-After": {"schema": {"type": "string"}}}
         responses[str(code)] = response
     return responses
@@ -185,7 +200,7 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
             "post": _operation(
                 "Post one message (the body is the message, a JSON object)",
                 keyed + _path("name") + _query(models.placement),
-                _responses(201, "Posted", QUEUE_ERRORS + BODY_ERRORS),
+                _responses(201, "Posted", POST_ERRORS),
                 message_body,
             ),
             "get": _operation(
@@ -194,7 +209,7 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
                 _responses(200, "Messages", QUEUE_ERRORS),
             ),
             "put": _operation(
-                "Update a queue (partitions may only grow)",
+                "Update a queue's settings and flow settings (partitions may only grow)",
                 keyed + _path("name"),
                 _responses(200, "Queue", QUEUE_ERRORS + BODY_ERRORS),
                 update_body,
@@ -209,7 +224,7 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
             "post": _operation(
                 "Post many messages, all or nothing",
                 keyed + _path("name"),
-                _responses(201, "Posted", QUEUE_ERRORS + BODY_ERRORS),
+                _responses(201, "Posted", POST_ERRORS),
                 batch_body,
             )
         },
@@ -262,18 +277,33 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
         },
         "/queue/{name}/subscriptions": {
             "get": _operation(
-                "The queue's subscriptions that have a filter",
+                "The queue's subscriptions that have a filter or a flow setting",
                 keyed + _path("name"),
                 _responses(200, "SubscriptionsAnswer", QUEUE_ERRORS),
             )
         },
         "/queue/{name}/subscriptions/{subscription}": {
+            "get": _operation(
+                "A subscription's filter and flow settings",
+                keyed + _path("name", "subscription"),
+                _responses(200, "SubscriptionAnswer", QUEUE_ERRORS),
+            ),
             "put": _operation(
-                "Set a subscription's filter (a body without one removes it)",
+                "Change a subscription's filter and flow settings (docs/api.rst)",
                 keyed + _path("name", "subscription"),
                 _responses(200, "SubscriptionAnswer", QUEUE_ERRORS + BODY_ERRORS),
                 {"required": True, "content": _json(_schema(SubscriptionSettings))},
-            )
+            ),
+        },
+        **{
+            path: {
+                "post": _operation(
+                    summary,
+                    keyed + _path(*re.findall(r"{(\w+)}", path)),
+                    _responses(200, answer, QUEUE_ERRORS),
+                )
+            }
+            for path, summary, answer in SWITCHES
         },
         "/queue/{name}/redrive": {
             "post": _operation(

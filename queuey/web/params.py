@@ -16,7 +16,9 @@ from urllib.parse import unquote_to_bytes
 from pydantic import BaseModel, ValidationError
 
 from queuey import ids, jsonio
+from queuey.core.messages import GROUP_WORDS
 from queuey.errors import ServiceError
+from queuey.model.flow import GROUP_PATTERN
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
     DEAD_LETTER_PATTERN,
@@ -83,6 +85,7 @@ PATTERN_WORDS = {
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
     DEAD_LETTER_PATTERN: "must be a queue name (1 to 50 letters, digits, '_' or '-') or empty",
+    GROUP_PATTERN: GROUP_WORDS,
 }
 PATTERN_WORDS.setdefault(SUBSCRIPTION_PATTERN, PATTERN_WORDS[QUEUE_NAME_PATTERN])
 

@@ -1,12 +1,18 @@
-"""Queue management: create, list, inspect, update, delete, purge."""
+"""Queue management: create, list, inspect, update, pause, resume, delete, purge.
+
+Flow settings (``paused``, ``post_rate``...) come with a queue's other
+settings and are changed through :class:`queuey.core.flowsettings.FlowSettings`.
+"""
 
 from __future__ import annotations
 
 from pyramid.view import view_config
 
 from queuey.core.access import Permission
+from queuey.core.messages import InvalidFields
 from queuey.core.queues import InvalidQueue, check_queue_settings, queue_from
 from queuey.model import QueueMeta
+from queuey.model.flow import QUEUE_FIELDS
 from queuey.web.params import InvalidParameters, form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
 
@@ -15,15 +21,31 @@ def _body_limit(request) -> int:
     return request.services.settings.max_message_size
 
 
+def _split(params) -> tuple[dict, dict]:
+    """The fields given, as (queue settings, flow settings)."""
+    given = {name: value for name, value in params if value is not None}
+    flow = {name: given.pop(name) for name in QUEUE_FIELDS if name in given}
+    return given, flow
+
+
+def _change_flow(request, meta: QueueMeta, given: dict) -> QueueMeta:
+    try:
+        return request.services.flow_settings.change_queue(meta, given)
+    except InvalidFields as exc:
+        raise InvalidParameters(exc.errors) from None
+
+
 def new_queue(request, params, application: str) -> QueueMeta:
     """Create a queue from validated ``create_queue`` parameters, by the core's
     rules (:func:`queuey.core.queues.queue_from`; ``QueueExists`` when the name
-    is taken)."""
+    is taken), then give it the flow settings among them."""
     try:
         meta = queue_from(params, application, request.clock.now_micros())
     except InvalidQueue as exc:
         raise InvalidParameters(exc.errors) from None
-    return request.services.queues.create(meta)
+    created = request.services.queues.create(meta)
+    _, flow = _split(params)
+    return _change_flow(request, created, flow) if flow else created
 
 
 @view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
@@ -55,7 +77,7 @@ def update_queue(request):
     params = validate(
         request.models.update_queue, form_or_json(request, _body_limit(request)), meta.partitions
     )
-    changes = {name: value for name, value in params if value is not None}
+    changes, flow = _split(params)
     try:
         check_queue_settings(
             meta.name,
@@ -67,8 +89,22 @@ def update_queue(request):
         )
     except InvalidQueue as exc:
         raise InvalidParameters(exc.errors) from None
-    updated = request.services.queues.update(meta.application, meta.name, **changes)
+    # Flow first: its last rule (no fair FIFO queue) refuses before anything is written.
+    updated = _change_flow(request, meta, flow)
+    if changes or not flow:
+        updated = request.services.queues.update(meta.application, meta.name, **changes)
     return ok(**queue_json(updated))
+
+
+@view_config(route_name="queue_pause", request_method="POST", permission=Permission.MANAGE)
+def pause_queue(request):
+    """Refuse posts (503) until resumed; reserves go on."""
+    return ok(**queue_json(request.services.flow_settings.pause(request.context.meta)))
+
+
+@view_config(route_name="queue_resume", request_method="POST", permission=Permission.MANAGE)
+def resume_queue(request):
+    return ok(**queue_json(request.services.flow_settings.resume(request.context.meta)))
 
 
 @view_config(route_name="queue", request_method="DELETE", permission=Permission.MANAGE)

@@ -8,7 +8,9 @@ from typing import Any
 from pyramid.response import Response
 
 from queuey import ids, jsonio
+from queuey.core.flowsettings import FlowSettings
 from queuey.model import Delivery, Message, QueueMeta
+from queuey.model.flow import GROUP_KEY
 
 CONTENT_TYPE = "application/json"
 
@@ -45,14 +47,20 @@ def message_ref(message: Message) -> dict[str, Any]:
 
 def _message_text(m: Message, extra: str = "") -> str:
     """One message as JSON text; ``attributes`` only when it has some, so answers
-    about messages without them read as before work queues existed."""
-    attributes = ',"attributes":%s' % jsonio.dumps(dict(m.attributes)) if m.attributes else ""
-    return '{"message_id":"%s","timestamp":%s,"partition":%d,"body":%s%s%s}' % (
+    about messages without them read as before work queues existed, and
+    ``group`` only when it has one (kept among the attributes, shown apart)."""
+    attributes, group = m.attributes, ""
+    if attributes and GROUP_KEY in attributes:
+        attributes = dict(attributes)
+        group = ',"group":%s' % jsonio.dumps(attributes.pop(GROUP_KEY))
+    shown = ',"attributes":%s' % jsonio.dumps(dict(attributes)) if attributes else ""
+    return '{"message_id":"%s","timestamp":%s,"partition":%d,"body":%s%s%s%s}' % (
         m.id.hex,
         timestamp_json(m.timestamp),
         m.partition,
         m.body,
-        attributes,
+        shown,
+        group,
         extra,
     )
 
@@ -100,4 +108,5 @@ def queue_json(meta: QueueMeta) -> dict[str, Any]:
         "max_attempts": meta.max_attempts,
         "dead_letter_queue": meta.dead_letter_name,
         "delay": meta.delay,
+        "flow": FlowSettings.describe(meta),
     }

@@ -48,7 +48,8 @@ from queuey.limits import (
     MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT,
 )
-from queuey.model import RECEIPT_PATTERN, filters, schedules
+from queuey.model import RECEIPT_PATTERN, flow, schedules
+from queuey.web.filter_schema import filter_schema
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 #: A name that addresses an existing queue: besides the names this API
@@ -64,6 +65,8 @@ _ID = ids.MESSAGE_ID_PATTERN.strip("^$")
 MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?{_ID})*$"
 #: An integer as text: bounded digits, checked before ``int()`` sees it.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
+#: A decimal as text (no exponent), checked before ``float()`` sees it.
+_NUMBER_TEXT = re.compile(r"[+-]?[0-9]{1,18}(\.[0-9]{1,18})?")
 
 #: Messages of the errors a static schema cannot foresee: rules about the
 #: queue's current state, and rules across two parameters. A fuzzer that only
@@ -80,6 +83,8 @@ QUEUE_STATE_MESSAGES = (
     r"must not be the queue itself",
     r"the default dead-letter queue name [A-Za-z0-9_-]+ would be longer than 50 characters; "
     r"give dead_letter_queue",
+    r"queue [A-Za-z0-9_.-]+ is fair: its messages' order is set by their groups, "
+    r"a post may not name a priority",
 )
 
 #: Work-queue limits (docs/api.rst, "Limits") only this layer needs (those the client
@@ -106,12 +111,27 @@ def _integer(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> Any:
+    """Numbers from JSON or from query/form text, never from booleans."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("number", "must be a number")
+    if isinstance(value, str):
+        if not _NUMBER_TEXT.fullmatch(value):
+            raise PydanticCustomError("number", "must be a number (a plain decimal)")
+        return float(value)
+    return value
+
+
 def _boolean(value: Any) -> Any:
+    """JSON ``true``/``false``, or a boolean word in query/form text; never a
+    number (a JSON ``0`` is not a boolean, as the schema says)."""
     if isinstance(value, str):
         try:
             return as_bool(value)
         except ValueError:
             raise PydanticCustomError("boolean", f"must be a boolean ({BOOLEAN_WORDS})") from None
+    if not isinstance(value, bool):
+        raise PydanticCustomError("boolean", "must be true or false")
     return value
 
 
@@ -155,6 +175,12 @@ def Integer(low: int, high: int, **field: Any) -> Any:  # noqa: N802 - a type fa
     return Annotated[int, Field(ge=low, le=high, **field), BeforeValidator(_integer)]
 
 
+def Number(low: float, high: float, **field: Any) -> Any:  # noqa: N802 - a type factory
+    return Annotated[
+        float, Field(ge=low, le=high, allow_inf_nan=False, **field), BeforeValidator(_number)
+    ]
+
+
 VisibilityTimeout = Integer(1, MAX_VISIBILITY_TIMEOUT, description="seconds a reservation lasts")
 MaxAttempts = Integer(0, MAX_ATTEMPTS, description="deliveries before dead-lettering; 0 never")
 Priority = Integer(0, MAX_PRIORITY)
@@ -192,6 +218,14 @@ Seconds = Annotated[
     Field(description="seconds since the epoch, a plain decimal (microsecond precision)"),
 ]
 PartitionKey = Annotated[str, StringConstraints(max_length=MAX_PARTITION_KEY)]
+Group = Annotated[
+    str,
+    StringConstraints(pattern=flow.GROUP_PATTERN),
+    Field(description="the message's group (fair queues; 1-128 printable ASCII, no spaces)"),
+]
+#: A flow-control rate or count (docs/flow.rst): 0 turns the limit off.
+Rate = Number(0, flow.MAX_RATE, description="messages per second; 0 no limit")
+Count = Integer(0, flow.MAX_COUNT)
 
 
 class Model(BaseModel):
@@ -202,6 +236,18 @@ class Model(BaseModel):
     """
 
     model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
+
+
+class QueueFlowFields(Model):
+    """A queue's flow settings (:mod:`queuey.model.flow`): those absent stay
+    as they are; 0 or false turns one off."""
+
+    paused: Boolean = Field(None, description="true: posts are refused (503)")
+    post_rate: Rate = None
+    post_burst: Count = Field(None, description="messages at once; 0: one second of post_rate")
+    max_length: Count = Field(None, description="most messages kept; 0 no limit")
+    overflow: flow.Overflow = Field(None, description="at max_length: refuse (507) or drop oldest")
+    fair: Boolean = Field(None, description="quiet groups before busy ones; not on FIFO queues")
 
 
 @dataclass(frozen=True)
@@ -230,7 +276,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
 
     Delay = Integer(0, max_ttl, description="seconds before delivery, at most the ttl")  # noqa: N806
 
-    class CreateQueue(Model):
+    class CreateQueue(QueueFlowFields):
         queue_name: QueueName = Field(None, description="default a random 32-hex name")
         partitions: Partitions = 1
         ttl: Ttl = default_ttl
@@ -243,7 +289,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
         )
         delay: Delay = 0
 
-    class UpdateQueue(Model):
+    class UpdateQueue(QueueFlowFields):
         partitions: Annotated[Partitions, AfterValidator(_only_grows)] = Field(
             None, description="may only grow"
         )
@@ -266,6 +312,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
         delay: Delay = Field(None, description="seconds before delivery; default the queue's")
         priority: Priority = Field(None, description="0-9, higher is reserved first; default 0")
         dedup_id: DedupId = Field(None, description="a repeat within the dedup window is ignored")
+        group: Group = Field(None, description="default partition: the group's (docs/flow.rst)")
 
     class BatchEntry(Placement):
         model_config = ConfigDict(
@@ -342,74 +389,23 @@ class Redrive(Model):
     limit: Integer(1, MAX_READ, description="most dead letters moved") = MAX_READ
 
 
-def _filter_schema() -> dict[str, Any]:
-    """The shape of a subscription filter (:mod:`queuey.model.filters`) as JSON
-    Schema; the rules across its parts are :data:`FILTER_RULES_UNSTATED`."""
-    text = {"type": "string", "maxLength": filters.MAX_STRING}
-    word = {"type": "string", "minLength": 1, "maxLength": filters.MAX_STRING}
-    number = {"type": "number", "minimum": -filters.MAX_NUMBER, "maximum": filters.MAX_NUMBER}
-
-    def one(key: str, value: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {key: value},
-            "required": [key],
-            "additionalProperties": False,
-        }
-
-    def pair(ops: list[str]) -> list[dict[str, Any]]:
-        return [{"enum": ops}, number]
-
-    numeric = {
-        "type": "array",
-        "oneOf": [
-            {"prefixItems": pair(["=", ">", ">=", "<", "<="]), "minItems": 2, "maxItems": 2},
-            {"prefixItems": pair([">", ">="]) + pair(["<", "<="]), "minItems": 4, "maxItems": 4},
-        ],
-    }
-    values = {"type": "array", "items": {"oneOf": [text, number]}, "minItems": 1}
-    anything_but = {"oneOf": [text, number, values, one("prefix", word), one("suffix", word)]}
-    condition = {
-        "oneOf": [
-            text,
-            number,
-            one("prefix", word),
-            one("suffix", word),
-            one("numeric", numeric),
-            one("exists", {"type": "boolean"}),
-            one("anything-but", anything_but),
-        ]
-    }
-    return {
-        "type": "object",
-        "minProperties": 1,
-        "maxProperties": filters.MAX_KEYS,
-        "propertyNames": word,
-        "additionalProperties": {
-            "type": "array",
-            "items": condition,
-            "minItems": 1,
-            "maxItems": filters.MAX_CONDITIONS,
-        },
-        "description": "a filter on message attributes (docs/api.rst, Filters)",
-    }
-
-
-#: The filter rules its JSON Schema (:func:`_filter_schema`) cannot state:
-#: sizes across its parts, decimal places, a range's bounds in order.
-FILTER_RULES_UNSTATED = (
-    r"must be at most \d+ bytes as compact JSON",
-    r"may have at most \d+ conditions in all",
-    r"may have at most \d+ decimal places",
-    r"the lower bound must be below the upper bound",
-    r"must be valid Unicode text",
-)
+def _filter_or_null(schema: dict[str, Any]) -> None:
+    description = schema.get("description")
+    schema.clear()
+    schema.update(anyOf=[filter_schema(), {"type": "null"}], description=description)
 
 
 class SubscriptionSettings(Model):
-    filter: dict[str, Any] = Field(
-        None, json_schema_extra=lambda schema: schema.update(_filter_schema())
+    """What ``PUT .../subscriptions/{subscription}`` changes (see
+    :meth:`queuey.core.subscriptions.Subscriptions.configure`)."""
+
+    filter: dict[str, Any] | None = Field(
+        None, description="null removes it", json_schema_extra=_filter_or_null
     )
+    paused: Boolean = Field(None, description="true: it hands out nothing")
+    rate: Rate = None
+    burst: Count = Field(None, description="messages at once; 0: one second of rate")
+    max_in_flight: Count = Field(None, description="most leased and unfinished; 0 no limit")
 
 
 class DeleteQueue(Model):

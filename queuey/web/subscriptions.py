@@ -1,7 +1,9 @@
-"""Subscription routes: list the filtered subscriptions, set or remove a filter.
+"""Subscription routes: list and show subscriptions' settings, change them,
+pause and resume a subscription's deliveries.
 
 The views parse and answer; :mod:`queuey.core.subscriptions` validates the
-filter and keeps it with the queue.
+filter and keeps it with the queue, :mod:`queuey.core.flowsettings` the flow
+settings.
 """
 
 from __future__ import annotations
@@ -19,24 +21,62 @@ from queuey.web.schemas import SUBSCRIPTION_PATTERN, SubscriptionSettings
 _SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
 
 
+def _subscription(request) -> str:
+    subscription = request.matchdict["subscription"]
+    if not _SUBSCRIPTION.fullmatch(subscription):
+        raise InvalidParameters({"subscription": PATTERN_WORDS[SUBSCRIPTION_PATTERN]})
+    return subscription
+
+
 @view_config(route_name="queue_subscriptions", request_method="GET", permission=Permission.MANAGE)
 def list_subscriptions(request):
     settings = request.services.subscriptions.settings(request.context.meta)
     return ok(subscriptions=[s.to_json() for s in settings])
 
 
+@view_config(route_name="queue_subscription", request_method="GET", permission=Permission.MANAGE)
+def show(request):
+    subscription = _subscription(request)
+    return ok(
+        **request.services.subscriptions.setting(request.context.meta, subscription).to_json()
+    )
+
+
 @view_config(route_name="queue_subscription", request_method="PUT", permission=Permission.MANAGE)
 def configure(request):
-    subscription = request.matchdict["subscription"]
-    if not _SUBSCRIPTION.fullmatch(subscription):
-        raise InvalidParameters({"subscription": PATTERN_WORDS[SUBSCRIPTION_PATTERN]})
+    subscription = _subscription(request)
     params = validate(
         SubscriptionSettings, json_body(request, request.services.settings.max_form_size)
     )
+    given = {name: getattr(params, name) for name in params.model_fields_set}
     try:
         done = request.services.subscriptions.configure(
-            request.context.meta, subscription, {"filter": params.filter}
+            request.context.meta, subscription, given, request.services.flow_settings
         )
     except InvalidFields as exc:
         raise InvalidParameters(exc.errors) from None
     return ok(**done.to_json())
+
+
+def _paused(request, paused: bool):
+    subscription = _subscription(request)
+    flow = request.services.flow_settings
+    change = flow.pause if paused else flow.resume
+    updated = change(request.context.meta, subscription)
+    return ok(**request.services.subscriptions.setting(updated, subscription).to_json())
+
+
+@view_config(
+    route_name="queue_subscription_pause", request_method="POST", permission=Permission.MANAGE
+)
+def pause(request):
+    """Hand out nothing (reserves answer empty, long polls wait) until resumed;
+    leases already out stay valid."""
+    return _paused(request, True)
+
+
+@view_config(
+    route_name="queue_subscription_resume", request_method="POST", permission=Permission.MANAGE
+)
+def resume(request):
+    return _paused(request, False)

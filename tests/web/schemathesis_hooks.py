@@ -15,6 +15,12 @@ the schema; each is dropped only when it is exactly that case:
 * ST301 (deleted resource still available) after ``DELETE ?delete=false``,
   which purges the messages and keeps the queue (docs/api.rst); a real delete
   followed by a successful read still fails the run.
+* ST201 (schema-violating request accepted) of a form body whose only
+  violation is a number 0 or 1 for a boolean field: in a form it is the text
+  ``0`` or ``1``, a boolean word (:func:`queuey.coerce.as_bool`).
+* ST101 (server error) whose answer is flow control's documented refusal of
+  a post: 503 naming ``paused`` (the fuzzer paused the queue) or 507 naming
+  ``max_length`` (docs/flow.rst). A 5xx with any other error still fails.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import re
 import schemathesis
 
 from queuey.coerce import as_bool
+from queuey.web.filter_schema import FILTER_RULES_UNSTATED
 from queuey.web.schedules import SCHEDULE_RULES_UNSTATED
-from queuey.web.schemas import FILTER_RULES_UNSTATED, QUEUE_STATE_MESSAGES
+from queuey.web.schemas import QUEUE_STATE_MESSAGES
 
 _STATE = [re.compile(pattern) for pattern in QUEUE_STATE_MESSAGES]
 _FILTER = [re.compile(pattern) for pattern in FILTER_RULES_UNSTATED]
@@ -50,8 +57,16 @@ def after_call(context, case, response) -> None:
     _LAST_DELETE[str(case.path_parameters["name"])] = "purge" if purge else "delete"
 
 
-def _errors(response) -> dict:
-    if response.status_code != 400:
+_FORM = "application/x-www-form-urlencoded"
+_WRONG_TYPE = re.compile(r"in body - (\w+): Incorrect type")
+#: Boolean fields of the form bodies (queue settings).
+_FORM_BOOLEANS = ("paused", "fair")
+#: Flow control's refusals of a post that are 5xx: status -> the setting named.
+_FLOW_REFUSALS = {503: "paused", 507: "max_length"}
+
+
+def _errors(response, status: int = 400) -> dict:
+    if response.status_code != status:
         return {}
     try:
         errors = json.loads(response.content)["error_msg"]
@@ -94,15 +109,33 @@ def _dropped(failure, response, why: str) -> bool:
     return False
 
 
+def _form_boolean_word(failure, case) -> bool:
+    if case.media_type != _FORM or not isinstance(case.body, dict):
+        return False
+    fields = _WRONG_TYPE.findall(failure.message or "")
+    return bool(fields) and all(
+        field in _FORM_BOOLEANS
+        and not isinstance(case.body.get(field), bool)
+        and case.body.get(field) in (0, 1)
+        for field in fields
+    )
+
+
 @schemathesis.hook
 def filter_failure(context, failure, case, response) -> bool:
     """True keeps the failure."""
+    if failure.code == "ST201" and _form_boolean_word(failure, case):
+        return _dropped(failure, response, "form boolean word")
     if failure.code == "ST202" and _only_state_errors(response):
         return _dropped(failure, response, "queue state")
     if failure.code == "ST202" and _only_unstated_filter_rules(response):
         return _dropped(failure, response, "filter rule across parts")
     if failure.code == "ST202" and _only_unstated_schedule_rules(case, response):
         return _dropped(failure, response, "schedule rule")
+    if failure.code == "ST101":
+        field = _FLOW_REFUSALS.get(response.status_code)
+        if field and list(_errors(response, response.status_code)) == [field]:
+            return _dropped(failure, response, f"flow control: {field}")
     if failure.code == "ST301":
         name = failure.free.rsplit("/", 1)[-1]
         if _LAST_DELETE.get(name) == "purge":

@@ -49,7 +49,8 @@ def test_a_filtered_subscription_gets_only_matches_and_counts_only_them(app, clo
     create(app, "orders", partitions=partitions)
     flt = {"colour": ["red", {"prefix": "bl"}], "size": [{"numeric": [">=", 10, "<", 40]}]}
     answer = _set_filter(app, "orders", "reds", {"filter": flt}).json
-    assert answer == {"status": "ok", "subscription": "reds", "filter": flt}
+    unlimited = {"paused": False, "rate": 0.0, "burst": 0, "max_in_flight": 0}
+    assert answer == {"status": "ok", "subscription": "reds", "filter": flt, "flow": unlimited}
     _set_filter(app, "orders", "europe", {"filter": {"region": [{"exists": True}]}})
     _set_filter(app, "orders", "not-green", {"filter": {"colour": [{"anything-but": "green"}]}})
     batch(app, "orders", _orders(60)[:30])
