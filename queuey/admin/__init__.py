@@ -15,7 +15,8 @@ Modules: :mod:`~queuey.admin.session` (sign-in and the session cookie),
 charts), and one module of views per page family: :mod:`~queuey.admin.auth`,
 :mod:`~queuey.admin.queues`, :mod:`~queuey.admin.messages`,
 :mod:`~queuey.admin.dead_letters`, :mod:`~queuey.admin.groups`,
-:mod:`~queuey.admin.schedules`.
+:mod:`~queuey.admin.schedules`, :mod:`~queuey.admin.flow` (the queue page's
+flow control).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ ROUTES = [
     ("admin.delete", "/admin/queue/{name}/delete", "queuey.admin.resources.AdminQueueContext"),
     ("admin.dead", "/admin/queue/{name}/dead", "queuey.admin.resources.AdminQueueContext"),
     ("admin.redrive", "/admin/queue/{name}/redrive", "queuey.admin.resources.AdminQueueContext"),
+    ("admin.flow", "/admin/queue/{name}/flow", "queuey.admin.resources.AdminQueueContext"),
+    ("admin.pause", "/admin/queue/{name}/pause", "queuey.admin.resources.AdminQueueContext"),
+    ("admin.resume", "/admin/queue/{name}/resume", "queuey.admin.resources.AdminQueueContext"),
     ("admin.schedules", "/admin/schedules", "queuey.admin.resources.AdminContext"),
     (
         "admin.schedule_pause",

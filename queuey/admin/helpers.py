@@ -54,6 +54,16 @@ def count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def flow_limit(value: float | int) -> str:
+    """A flow limit as a form shows it: empty for none, a plain decimal else
+    (what the form reads back: at most 6 decimals, no exponent)."""
+    if not value:
+        return ""
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
 def add_globals(event: BeforeRender) -> None:
     renderer = event.get("renderer_name") or ""
     if not renderer.startswith("queuey.admin:"):
@@ -75,6 +85,7 @@ def add_globals(event: BeforeRender) -> None:
         epoch=epoch,
         pretty=pretty,
         count=count,
+        flow_limit=flow_limit,
     )
 
 

@@ -15,6 +15,7 @@ from queuey.core.access import Permission
 from queuey.core.queues import InvalidQueue, queue_from
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
+from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
 from queuey.web.params import InvalidParameters, query, validate
 
 #: Queues per page of the list.
@@ -25,6 +26,8 @@ MEASURE_ON_PAGE = 20
 #: The create form's fields, in the API's names: the name and every setting
 #: but the SQS attributes.
 QUEUE_FIELDS = ("queue_name", *(f for f in UPDATABLE_QUEUE_FIELDS if f != "attributes"))
+#: Seconds since this process last throttled a queue for the list to say "throttled".
+THROTTLED_SECONDS = 60
 
 
 def application_name(request) -> str:
@@ -35,6 +38,35 @@ def figures_of(request, meta: QueueMeta):
     """The queue's cached figures, measured now if it has none yet."""
     overview = request.services.overview
     return overview.figures(meta.application, meta.name) or overview.refresh(meta)
+
+
+def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
+    """What the list says of a queue's flow control, from its metadata and
+    this process's counters (no storage call): what is ``paused`` (posting,
+    subscriptions), which limits are set, whether it was ``throttled`` lately."""
+    flow = queue_flow(meta)
+    subscriptions = subscription_flows(meta)
+    paused = ["posting"] if flow.paused else []
+    paused += [f"subscription {name}" for name, sub in subscriptions.items() if sub.paused]
+    limits = [
+        name
+        for name, value in (
+            ("post_rate", flow.post_rate),
+            ("max_length", flow.max_length),
+            ("fair", flow.fair),
+        )
+        if value
+    ]
+    limits += [
+        f"{name}: {field}"
+        for name, sub in subscriptions.items()
+        for field, value in (("rate", sub.rate), ("max_in_flight", sub.max_in_flight))
+        if value
+    ]
+    throttled = request.services.metrics.throttled_within(
+        meta.application, meta.name, THROTTLED_SECONDS
+    )
+    return {"paused": paused, "limits": limits, "throttled": ["throttled"] if throttled else []}
 
 
 def filled(request, names) -> dict[str, str]:
@@ -66,7 +98,7 @@ def queue_list(request):
                 figures = overview.refresh(meta)
             except QueueNotFound:  # deleted since it was listed
                 continue
-        rows.append((meta, figures))
+        rows.append((meta, figures, flow_state(request, meta)))
     return {
         "rows": rows,
         "after": after,
@@ -125,7 +157,8 @@ def create_queue(request):
 
 
 def queue_page(request, meta: QueueMeta, **extra):
-    """The values of a queue's page (``extra``: a post form's values and errors)."""
+    """The values of a queue's page (``extra``: a post form's or a flow
+    form's values and errors: ``post``/``post_errors``, ``flow_form``/``flow_errors``)."""
     overview = request.services.overview
     figures = figures_of(request, meta)
     history = overview.history(meta.application, meta.name)
@@ -135,10 +168,16 @@ def queue_page(request, meta: QueueMeta, **extra):
         for s in request.services.subscriptions.settings(meta)
         if s.filter
     }
+    flows = subscription_flows(meta)
+    named = {s.subscription for s in figures.subscriptions} | set(filters) | set(flows)
     return {
         "meta": meta,
         "figures": figures,
         "filters": filters,
+        "queue_flow": queue_flow(meta),
+        "subscription_flows": [(n, flows.get(n, NO_SUBSCRIPTION_FLOW)) for n in sorted(named)],
+        "flow_form": extra.get("flow_form", {}),
+        "flow_errors": extra.get("flow_errors", {}),
         "charts": charts(history, now),
         "now": now,
         "post": extra.get("post", {"body": '{\n  "hello": "world"\n}'}),

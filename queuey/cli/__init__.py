@@ -14,6 +14,7 @@ Against a running Queuey, as one application (:mod:`queuey.cli.remote`):
     queuey import QUEUE -i FILE        post JSON lines back (resumable)
     queuey redrive QUEUE               move the queue's dead letters back
     queuey schedules list|create|...   the application's recurring messages
+    queuey flow show|pause|resume|set  a queue's flow control (pause, rates, caps)
 
 On a producer's machine (no service needed):
 
@@ -31,14 +32,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from queuey.cli import keys, peek, redrive, schedules, schema, spool, stats, transfer
+from queuey.cli import flow, keys, peek, redrive, schedules, schema, spool, stats, transfer
 from queuey.cli.errors import CommandError
 from queuey.cli.remote import describe
 from queuey.client.errors import ClientError
 from queuey.errors import ConfigurationError, ServiceError
 
 #: The modules that add a subcommand, in the order ``--help`` lists them.
-COMMANDS = (keys, schema, stats, peek, transfer, redrive, schedules, spool)
+COMMANDS = (keys, schema, stats, peek, transfer, redrive, schedules, flow, spool)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,9 @@ through ZooKeeper and keeps each partition's checkpoint there
 (:mod:`queuey.client.worker`, ``queuey-worker -c worker.ini``). The work-queue
 calls (``reserve``, ``ack``, ``release``, ``extend``, ``stats``, ``redrive``)
 are in :mod:`~queuey.client.workqueue`, the schedule and subscription-filter
-calls in :mod:`~queuey.client.schedules`. ``Spool`` keeps a producer's messages
+calls in :mod:`~queuey.client.schedules`, the flow-control calls (``flow``,
+``set_queue_flow``, ``set_subscription_flow``, ``pause``, ``resume``) in
+:mod:`~queuey.client.flow`. ``Spool`` keeps a producer's messages
 in a local file until the service acknowledges them (:mod:`~queuey.client.spool`).
 """
 
@@ -25,12 +27,17 @@ from queuey.client.errors import (
     BadRequest,
     ClientError,
     Conflict,
+    FlowRefused,
     Forbidden,
     NotFound,
+    QueueFull,
+    QueuePaused,
+    RateLimited,
     TooLarge,
     Unauthorized,
     Unavailable,
 )
+from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
 from queuey.client.group import ConsumerGroup, GroupStats
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
@@ -56,6 +63,8 @@ __all__ = [
     "ClientError",
     "Conflict",
     "ConsumerGroup",
+    "FlowInfo",
+    "FlowRefused",
     "Forbidden",
     "GroupStats",
     "NotFound",
@@ -63,8 +72,12 @@ __all__ = [
     "PartitionLease",
     "PostedMessage",
     "QueueDiscovery",
+    "QueueFlow",
+    "QueueFull",
     "QueueInfo",
+    "QueuePaused",
     "QueueStats",
+    "RateLimited",
     "ReceiptResult",
     "RedriveResult",
     "Rejected",
@@ -78,6 +91,7 @@ __all__ = [
     "SpoolFull",
     "SpoolLocked",
     "SpoolStats",
+    "SubscriptionFlow",
     "SubscriptionStats",
     "TooLarge",
     "Unauthorized",

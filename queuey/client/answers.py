@@ -12,7 +12,14 @@ from __future__ import annotations
 import requests
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from queuey.client.errors import ClientError, Unavailable, error_for_status
+from queuey.client.errors import (
+    PAUSED_FIELD,
+    ClientError,
+    FlowRefused,
+    Unavailable,
+    error_for_status,
+)
+from queuey.client.retry import retry_after
 
 
 def never_sent(exc: requests.RequestException) -> bool:
@@ -67,17 +74,35 @@ def decode(method: str, path: str, response: requests.Response, repeatable: bool
     return data
 
 
-def error(method: str, path: str, response: requests.Response, repeatable: bool) -> ClientError:
-    """The typed error of an error answer; a ``5xx`` leaves the outcome unknown."""
-    error_msg: dict[str, str] = {}
+def error_msg_of(response: requests.Response) -> dict[str, str]:
+    """The answer's ``error_msg`` (empty when it has none or is not JSON)."""
     try:
         data = response.json()
     except ValueError:
-        data = None
+        return {}
     if isinstance(data, dict) and isinstance(data.get("error_msg"), dict):
-        error_msg = {str(k): str(v) for k, v in data["error_msg"].items()}
-    cls = error_for_status(response.status_code)
+        return {str(k): str(v) for k, v in data["error_msg"].items()}
+    return {}
+
+
+def paused(response: requests.Response) -> bool:
+    """True for a paused queue's refusal: a ``503`` no retry soon would change."""
+    return response.status_code == 503 and PAUSED_FIELD in error_msg_of(response)
+
+
+def error(method: str, path: str, response: requests.Response, repeatable: bool) -> ClientError:
+    """The typed error of an error answer; a ``5xx`` leaves the outcome unknown,
+    but a flow-control refusal, which stored nothing."""
+    error_msg = error_msg_of(response)
+    cls = error_for_status(response.status_code, error_msg)
     detail = "; ".join(f"{k}: {v}" for k, v in error_msg.items()) or response.reason
+    if issubclass(cls, FlowRefused):
+        return cls(
+            f"{method} {path}: HTTP {response.status_code}: {detail}",
+            status=response.status_code,
+            error_msg=error_msg,
+            retry_after=retry_after(response.headers),
+        )
     unknown = response.status_code >= 500
     note = "; not retried since it may have taken effect" if unknown and not repeatable else ""
     return cls(

@@ -70,6 +70,35 @@ class Unavailable(ClientError):
     """503 (after every retry the method allows), no answer, or no API node reachable."""
 
 
+class FlowRefused(ClientError):
+    """A post refused by flow control (docs/flow.rst); nothing was stored.
+
+    ``field`` names the setting or quota that refused it (``paused``,
+    ``post_rate``, ``max_length``, ``max_posts_per_second``...) and
+    ``retry_after`` the seconds the service asked to wait (``Retry-After``;
+    None when it named none).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+        self.field = next(iter(self.error_msg), "")
+
+
+class QueuePaused(FlowRefused, Unavailable):
+    """503 naming ``paused``: the queue takes no posts until an operator resumes it."""
+
+
+class RateLimited(FlowRefused):
+    """429: over a rate (the queue's ``post_rate``, the application's
+    ``max_posts_per_second`` or request quota); retry after ``retry_after``."""
+
+
+class QueueFull(FlowRefused):
+    """507: the queue is at its ``max_length`` (overflow ``reject``) or the
+    application stores its ``max_messages`` / ``max_bytes``; ``field`` says which."""
+
+
 _BY_STATUS: dict[int, type[ClientError]] = {
     400: BadRequest,
     401: Unauthorized,
@@ -77,10 +106,18 @@ _BY_STATUS: dict[int, type[ClientError]] = {
     404: NotFound,
     409: Conflict,
     413: TooLarge,
+    429: RateLimited,
     503: Unavailable,
+    507: QueueFull,
 }
 
+#: The ``error_msg`` key of a 503 that is a paused queue, not an unavailable service.
+PAUSED_FIELD = "paused"
 
-def error_for_status(status: int) -> type[ClientError]:
-    """The error type of an HTTP error status (:class:`ClientError` if it has none)."""
+
+def error_for_status(status: int, error_msg: Mapping[str, str] | None = None) -> type[ClientError]:
+    """The error type of an HTTP error status (:class:`ClientError` if it has
+    none); a ``503`` naming ``paused`` is :class:`QueuePaused`."""
+    if status == 503 and error_msg and PAUSED_FIELD in error_msg:
+        return QueuePaused
     return _BY_STATUS.get(status, ClientError)

@@ -23,7 +23,10 @@ creation, a post with ``auto_dedup=False`` and no ``dedup_id``) is never sent
 again once it may have arrived: its error says ``outcome_unknown``.
 
 Every error answer becomes a typed :class:`~queuey.client.errors.ClientError`
-carrying the server's ``error_msg`` dict.
+carrying the server's ``error_msg`` dict. A post refused by flow control is
+a :class:`~queuey.client.errors.FlowRefused` and is not repeated: a paused
+queue's ``503`` stays until an operator resumes it, and the caller chooses
+whether and when to post again (``retry_after``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from urllib.parse import quote
 import requests
 from requests.adapters import HTTPAdapter
 
-from queuey.client.answers import decode, never_sent, sent_and_failed
+from queuey.client.answers import decode, never_sent, paused, sent_and_failed
 from queuey.client.errors import Unavailable
+from queuey.client.flow import FlowCalls
 from queuey.client.models import (
     OutgoingMessage,
     PostedMessage,
@@ -59,7 +63,7 @@ from queuey.limits import DEFAULT_READ, MAX_READ
 log = logging.getLogger(__name__)
 
 
-class QueueyClient(WorkQueueCalls, ScheduleCalls):
+class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
     """A client of one Queuey application, talking to one or more API nodes.
 
     ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a
@@ -191,13 +195,16 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls):
         delay: int | None = None,
         priority: int | None = None,
         dedup_id: str | None = None,
+        group: str | None = None,
     ) -> PostedMessage:
         """Add one message (a JSON object) to a queue.
 
         ``delay``: seconds before any reader sees it; ``priority``: 0-9,
         higher reserved first by work-queue consumers; ``dedup_id``: see the
         module doc (one is made up when ``auto_dedup`` is on). A second post of
-        the same ``dedup_id`` answers with the first message.
+        the same ``dedup_id`` answers with the first message. ``group``: the
+        message's group (fair queues serve quiet groups first; without a
+        partition or key, the group chooses the partition).
         """
         dedup_id = dedup_id or self._new_dedup_id()
         params = given(
@@ -207,6 +214,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls):
             delay=delay,
             priority=priority,
             dedup_id=dedup_id,
+            group=group,
         )
         data = self._request(
             "POST", f"/queue/{_q(name)}", params=params, json=body, repeatable=dedup_id is not None
@@ -383,7 +391,10 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls):
                     raise sent_and_failed(method, path, base, exc, repeatable) from exc
                 reason = f"{exc.__class__.__name__} from {base}"
             else:
-                if not (repeat_here and more and response.status_code in RETRY_STATUSES):
+                retry = repeat_here and more and response.status_code in RETRY_STATUSES
+                # A paused queue stays paused until an operator resumes it:
+                # its 503 is the caller's to handle, not a blip to retry.
+                if not retry or paused(response):
                     return decode(method, path, response, repeatable)
                 reason = f"HTTP {response.status_code} from {base}"
                 asked = retry_after(response.headers)

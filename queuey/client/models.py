@@ -7,7 +7,7 @@ rest of the library never handles raw answer dicts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Self
 from urllib.parse import quote
@@ -71,7 +71,8 @@ class OutgoingMessage:
     reserved first; ``dedup_id``: a second post of the same id to the queue
     within the service's dedup window stores nothing (the client sets one
     itself when it may retry, see :class:`QueueyClient`); ``attributes``:
-    string keys to string values, returned on reads.
+    string keys to string values, returned on reads; ``group``: the message's
+    group (fair queues serve quiet groups first).
     """
 
     body: dict
@@ -82,6 +83,7 @@ class OutgoingMessage:
     priority: int | None = None
     dedup_id: str | None = None
     attributes: Mapping[str, str] | None = None
+    group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,13 +96,15 @@ class OutgoingMessage:
                 priority=self.priority,
                 dedup_id=self.dedup_id,
                 attributes=None if self.attributes is None else dict(self.attributes),
+                group=self.group,
             ),
         }
 
 
 @dataclass(frozen=True)
 class ReceivedMessage:
-    """A message as read from a queue; ``attributes`` is None when it has none."""
+    """A message as read from a queue; ``attributes`` and ``group`` are None
+    when it has none."""
 
     message_id: str
     timestamp: float
@@ -108,6 +112,8 @@ class ReceivedMessage:
     body: dict
     priority: int = 0
     attributes: dict[str, str] | None = None
+    #: Keyword-only, so a subclass's fields keep their positions.
+    group: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
@@ -119,6 +125,7 @@ class ReceivedMessage:
             data["body"],
             int(data.get("priority") or 0),
             data.get("attributes") or None,
+            group=data.get("group") or None,
             **more,
         )
 

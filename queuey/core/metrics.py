@@ -10,6 +10,7 @@ to its store (:meth:`queuey.storage.Storage.request_counts`) are exposed too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -22,6 +23,8 @@ from queuey.model import QueueMeta
 #: Cassandra backend's process-wide counter has the same name
 #: (:mod:`queuey.storage.cassandra.counters`).
 STORAGE_REQUESTS = "queuey_cassandra_requests"
+#: Most queues whose last throttle this process remembers (the admin page's "throttled").
+MAX_THROTTLED_QUEUES = 10_000
 
 
 class StorageRequests(Collector):
@@ -58,6 +61,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         #: Collectors of ours, exposed beside the workers' summed metrics.
         self.custom_collectors: list[Collector] = []
+        #: Seconds for :meth:`throttled_within` (replaceable in tests).
+        self.now: Callable[[], float] = time.monotonic
+        self._last_throttled: dict[tuple[str, str], float] = {}
         self.requests = Counter(
             "queuey_requests",
             "HTTP requests answered",
@@ -92,6 +98,14 @@ class Metrics:
             ["application", "queue", "kind"],
             registry=self.registry,
         )
+        # Counted by the process that trims (the refresher process under the
+        # production server): its file joins the workers' in /metrics.
+        self.flow_dropped = Counter(
+            "queuey_flow_dropped",
+            "Oldest messages deleted from drop_head queues over their max_length",
+            ["application", "queue"],
+            registry=self.registry,
+        )
         self.reserve_waiting = Gauge(
             "queuey_reserve_waiting",
             "Reserve calls long-polling now",
@@ -115,8 +129,29 @@ class Metrics:
         self.custom_collectors.append(collector)
 
     def throttled(self, queue: QueueMeta, kind: str) -> None:
-        """Count a post refused or a reserve answered short by flow control."""
+        """Count a post refused or a reserve answered short by flow control
+        (and, but for a pause, which is shown as such, remember when)."""
         self.flow_throttled.labels(queue.application, queue.name, kind).inc()
+        if kind == "paused":
+            return
+        now = self.now()
+        last = self._last_throttled
+        if len(last) >= MAX_THROTTLED_QUEUES and (queue.application, queue.name) not in last:
+            self._last_throttled = last = {k: t for k, t in last.items() if now - t < 60}
+            if len(last) >= MAX_THROTTLED_QUEUES:
+                last.clear()
+        last[(queue.application, queue.name)] = now
+
+    def throttled_within(self, application: str, name: str, seconds: float) -> bool:
+        """Whether this process throttled the queue (a rate, cap or length,
+        not a pause) in the last ``seconds``; other processes' throttles are
+        in ``queuey_flow_throttled``, summed."""
+        at = self._last_throttled.get((application, name))
+        return at is not None and self.now() - at <= seconds
+
+    def dropped(self, queue: QueueMeta, count: int) -> None:
+        """Count the messages a trim deleted from a ``drop_head`` queue."""
+        self.flow_dropped.labels(queue.application, queue.name).inc(count)
 
     def messages_read(self, count: int) -> None:
         self.read.inc(count)

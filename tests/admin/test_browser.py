@@ -168,3 +168,25 @@ def test_pages_fit_a_phone_screen(driver, server):
         )
         assert width == browser.PHONE[0]
         assert scroll <= width, f"{path} overflows a phone's width: {scroll} > {width}"
+
+
+def test_pause_posting_by_clicking_then_resume(driver, server):
+    api = Api(server)
+    api.create("orders")
+    signed_in(driver, server)
+    driver.get(server.url + "/admin/queue/orders")
+    browser.click_and_wait(driver, css(driver, "#posting-form button"))
+    assert "Paused posting to queue orders" in css(driver, ".flash.ok").text
+    assert css(driver, "#posting-state").text == "paused"
+    refused = requests.post(
+        f"{server.url}/queue/orders", json={"n": 1}, headers=api.headers, timeout=10
+    )
+    assert refused.status_code == 503 and "paused" in refused.json()["error_msg"]
+
+    browser.click_and_wait(driver, css(driver, "a.brand"))
+    assert css(driver, "td[data-label=Flow] .tag.paused").text == "paused"
+    driver.get(server.url + "/admin/queue/orders")
+    browser.click_and_wait(driver, css(driver, "#posting-form button"))
+    assert css(driver, "#posting-state").text == "open"
+    api.post("orders", {"n": 2})
+    assert api.depth("orders") == 1

@@ -1,0 +1,154 @@
+"""The client's flow-control calls: read, change, pause and resume (docs/flow.rst).
+
+Mixed into :class:`~queuey.client.http.QueueyClient`; they go through its
+``_request``, so they fail over between API nodes and retry like every call.
+Each is safe to repeat: a ``PUT`` sets the values given, and pausing (or
+resuming) twice has the effect of once.
+
+A post the service refuses by flow control raises a
+:class:`~queuey.client.errors.FlowRefused` (``QueuePaused``, ``RateLimited``,
+``QueueFull``) naming the setting and carrying the seconds to wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from queuey.client.models import path_segment as _q
+
+#: The queue's flow fields ``set_queue_flow`` takes (the API's names).
+QUEUE_FLOW_FIELDS = ("post_rate", "post_burst", "max_length", "overflow", "fair", "paused")
+#: A subscription's flow fields ``set_subscription_flow`` takes.
+SUBSCRIPTION_FLOW_FIELDS = ("rate", "burst", "max_in_flight", "paused")
+
+
+@dataclass(frozen=True)
+class QueueFlow:
+    """A queue's flow settings (0: no limit). ``post_burst`` is the bucket's
+    size in force (one second of ``post_rate`` unless set; 0 without a rate)."""
+
+    paused: bool = False
+    post_rate: float = 0.0
+    post_burst: int = 0
+    max_length: int = 0
+    overflow: str = "reject"
+    fair: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueueFlow:
+        return cls(
+            paused=bool(data.get("paused", False)),
+            post_rate=float(data.get("post_rate") or 0),
+            post_burst=int(data.get("post_burst") or 0),
+            max_length=int(data.get("max_length") or 0),
+            overflow=str(data.get("overflow") or "reject"),
+            fair=bool(data.get("fair", False)),
+        )
+
+
+@dataclass(frozen=True)
+class SubscriptionFlow:
+    """A subscription's flow settings (0: no limit)."""
+
+    paused: bool = False
+    rate: float = 0.0
+    burst: int = 0
+    max_in_flight: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionFlow:
+        return cls(
+            paused=bool(data.get("paused", False)),
+            rate=float(data.get("rate") or 0),
+            burst=int(data.get("burst") or 0),
+            max_in_flight=int(data.get("max_in_flight") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class FlowInfo:
+    """A queue's flow settings and those of every subscription that has one."""
+
+    queue: QueueFlow = field(default_factory=QueueFlow)
+    subscriptions: dict[str, SubscriptionFlow] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> FlowInfo:
+        data = data or {}
+        return cls(
+            QueueFlow.from_json(data.get("queue") or {}),
+            {
+                str(name): SubscriptionFlow.from_json(flow)
+                for name, flow in (data.get("subscriptions") or {}).items()
+            },
+        )
+
+    def subscription(self, name: str) -> SubscriptionFlow:
+        """``name``'s settings (the defaults when it has none)."""
+        return self.subscriptions.get(name, SubscriptionFlow())
+
+
+def _fields(given: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    unknown = set(given) - set(allowed)
+    if unknown:
+        raise TypeError(f"unknown flow setting(s): {', '.join(sorted(unknown))}")
+    return dict(given)
+
+
+class FlowCalls:
+    """Flow settings of queues (``/queue/{name}``) and subscriptions
+    (``/queue/{name}/subscriptions/{subscription}``).
+
+    Needs the host class's ``_request(method, path, *, params, json,
+    repeatable, timeout)``.
+    """
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+    def flow(self, queue: str) -> FlowInfo:
+        """The queue's flow settings and its subscriptions'."""
+        return FlowInfo.from_json(self._request("GET", f"/queue/{_q(queue)}/info").get("flow"))
+
+    def set_queue_flow(self, queue: str, **fields: Any) -> FlowInfo:
+        """Change the queue's flow settings named (``post_rate``, ``post_burst``,
+        ``max_length``, ``overflow``, ``fair``, ``paused``); the others stay.
+        ``0``, ``None`` or ``False`` turns a limit off. A refused value raises
+        :class:`~queuey.client.errors.BadRequest` naming it."""
+        body = _fields(fields, QUEUE_FLOW_FIELDS)
+        answer = self._request("PUT", f"/queue/{_q(queue)}", json=body)
+        return FlowInfo.from_json(answer.get("flow"))
+
+    def set_subscription_flow(
+        self, queue: str, subscription: str, **fields: Any
+    ) -> SubscriptionFlow:
+        """Change ``subscription``'s flow settings named (``rate``, ``burst``,
+        ``max_in_flight``, ``paused``); the others and its filter stay."""
+        body = _fields(fields, SUBSCRIPTION_FLOW_FIELDS)
+        if not body:
+            raise TypeError("give at least one flow setting")  # an empty body sets the filter
+        path = f"/queue/{_q(queue)}/subscriptions/{_q(subscription)}"
+        return SubscriptionFlow.from_json(self._request("PUT", path, json=body).get("flow") or {})
+
+    def pause(self, queue: str, subscription: str | None = None) -> QueueFlow | SubscriptionFlow:
+        """Pause the queue's posts (they are refused, 503), or with
+        ``subscription`` that subscription's deliveries (reserves get nothing;
+        leases already out stay valid). The settings of what was paused."""
+        return self._paused(queue, subscription, "pause")
+
+    def resume(self, queue: str, subscription: str | None = None) -> QueueFlow | SubscriptionFlow:
+        """Lift :meth:`pause`; long polls waiting on the queue are woken."""
+        return self._paused(queue, subscription, "resume")
+
+    def _paused(
+        self, queue: str, subscription: str | None, action: str
+    ) -> QueueFlow | SubscriptionFlow:
+        path = f"/queue/{_q(queue)}"
+        if subscription is None:
+            answer = self._request("POST", f"{path}/{action}", repeatable=True)
+            return FlowInfo.from_json(answer.get("flow")).queue
+        path = f"{path}/subscriptions/{_q(subscription)}/{action}"
+        answer = self._request("POST", path, repeatable=True)
+        return SubscriptionFlow.from_json(answer.get("flow") or {})
