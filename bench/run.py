@@ -37,6 +37,7 @@ BENCHMARKS = [
     "isolation.py",
     "spool.py",
     "filters.py",
+    "flow.py",
 ]
 SHARING = (
     "one box: each benchmark runs its servers (Queuey's granian workers, the "

@@ -62,7 +62,9 @@ format = %(asctime)s %(levelname)-5.5s [%(name)s][%(threadName)s] %(message)s
 """
 
 
-def storage_settings(backend: str, workdir: Path) -> str:
+def storage_settings(backend: str, workdir: Path, keyspace: str = "queuey_bench") -> str:
+    """A node's storage lines; on Cassandra ``keyspace`` is dropped first (a
+    benchmark that may run beside another names a keyspace of its own)."""
     if backend == "sqlite":
         return (
             f"queuey.storage.backend = queuey.storage.sqlite\n"
@@ -71,12 +73,12 @@ def storage_settings(backend: str, workdir: Path) -> str:
     from harness import cassandra
 
     cluster = cassandra.ensure_running(1)
-    fresh_keyspace(cluster.contact_points, cluster.port, "queuey_bench")
+    fresh_keyspace(cluster.contact_points, cluster.port, keyspace)
     return (
         "queuey.storage.backend = queuey.storage.cassandra\n"
         f"queuey.cassandra.contact_points = {','.join(cluster.contact_points)}\n"
         f"queuey.cassandra.port = {cluster.port}\n"
-        "queuey.cassandra.keyspace = queuey_bench\n"
+        f"queuey.cassandra.keyspace = {keyspace}\n"
         "queuey.cassandra.create_schema = true\n"
         "queuey.cassandra.request_timeout = 2\n"
         "queuey.read_delay = 2\n"
