@@ -135,7 +135,7 @@ class ReserveLog:
 class Consumers:
     """``count`` threads spread over ``ports``, each looping reserve (``limit``,
     ``wait``) then ``finish`` (``ack`` or ``release``) of what it got, until
-    :meth:`stop`. ``on_batch(bodies, received)`` sees every non-empty answer."""
+    :meth:`stop`. ``on_batch(messages, received)`` sees every non-empty answer."""
 
     def __init__(
         self,
@@ -147,7 +147,7 @@ class Consumers:
         limit: int = 10,
         wait: int = 1,
         finish: str = "ack",
-        on_batch: Callable[[list[dict], float], None] = lambda bodies, received: None,
+        on_batch: Callable[[list[dict], float], None] = lambda messages, received: None,
     ) -> None:
         self.queue, self.log, self.limit, self.wait = queue, log, limit, wait
         self.finish, self.on_batch = finish, on_batch
@@ -184,7 +184,7 @@ class Consumers:
                 self.log.add(Reserve(node, sent, received, [m["body"] for m in messages]))
                 if not messages:
                     continue
-                self.on_batch([m["body"] for m in messages], received)
+                self.on_batch(messages, received)
                 receipts = {"receipts": [m["receipt"] for m in messages]}
                 path = f"/queue/{self.queue}/{self.finish}"
                 status, answer = call(conn, "POST", path, receipts)
@@ -203,13 +203,15 @@ class Consumers:
 
 
 class Trickle:
-    """What one fairness run saw: each trickled message's post time and
-    latency, the flood's deliveries; ``on_batch`` is the consumers' hook."""
+    """What one fairness run saw: each trickled message's post time, latency
+    and lane (its priority as delivered), the flood's deliveries;
+    ``on_batch`` is the consumers' hook."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.posted: dict[tuple[str, int], float] = {}
         self.latency: dict[tuple[str, int], float] = {}
+        self.lane: dict[tuple[str, int], int] = {}
         self.duplicates = 0
         self.flood_delivered = 0
         self.flood_last = 0.0
@@ -218,9 +220,10 @@ class Trickle:
         #: stored: its delivery is ignored), a flood's batch is posted again.
         self.unavailable = 0
 
-    def on_batch(self, bodies: list[dict], received: float) -> None:
+    def on_batch(self, messages: list[dict], received: float) -> None:
         with self.lock:
-            for body in bodies:
+            for message in messages:
+                body = message["body"]
                 if body["g"] == "flood":
                     self.flood_delivered += 1
                     self.flood_last = received
@@ -230,6 +233,7 @@ class Trickle:
                     self.duplicates += 1
                 else:
                     self.latency[key] = received - body["t"]
+                    self.lane[key] = message.get("priority", 0)
 
     def all_delivered(self) -> bool:
         with self.lock:
@@ -249,9 +253,11 @@ class Trickle:
         with self.lock:
             chosen = [k for k, at in self.posted.items() if since <= at < until]
             values = [self.latency[k] for k in chosen if k in self.latency]
+            quiet = sum(1 for k in chosen if self.lane.get(k) == 1)
         return {
             "messages": len(chosen),
             "delivered": len(values),
+            "in_quiet_lane": quiet,
             **percentiles(values),
             "max_ms": round(max(values) * 1000, 1) if values else None,
         }
