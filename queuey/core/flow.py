@@ -56,6 +56,8 @@ from queuey.model.flow import message_group, queue_flow, subscription_flow
 
 #: Seconds a producer is told to wait before posting to a paused queue again.
 PAUSED_RETRY = 5
+#: Longest Retry-After a rate refusal names (a tiny rate's wait is longer).
+MAX_RETRY_AFTER = 3600
 #: Seconds a producer is told to wait when a queue or application is full.
 FULL_RETRY = 5
 
@@ -242,6 +244,7 @@ class FlowControl:
 
     @staticmethod
     def _limited(field: str, who: str, rate: float, wait: float) -> RateLimited:
+        wait = min(wait, MAX_RETRY_AFTER)
         return RateLimited(
             field,
             f"{who} is over its limit of {rate:g} posts per second ({field}); "

@@ -38,8 +38,8 @@ from queuey.model.queues import QueueMeta
 Overflow = Literal["reject", "drop_head"]
 OVERFLOWS: tuple[Overflow, ...] = ("reject", "drop_head")
 
-#: Highest and lowest rate (messages per second) a setting may name (one
-#: message an hour at the lowest, so a wait always fits a Retry-After).
+#: Highest rate (messages per second) a setting may name, and the lowest one
+#: enforced: a smaller positive rate counts as one message an hour.
 MAX_RATE = 1_000_000.0
 MIN_RATE = 1 / 3600
 #: Largest burst, in-flight cap and queue length a setting may name.
@@ -140,7 +140,7 @@ def _number(text: str | None) -> float:
         value = float(text) if text else 0.0
     except ValueError:
         return 0.0
-    return value if math.isfinite(value) and value >= MIN_RATE else 0.0
+    return max(value, MIN_RATE) if math.isfinite(value) and value > 0 else 0.0
 
 
 def _count(text: str | None) -> int:
@@ -233,11 +233,9 @@ def _rate(value: Any, field: str, errors: dict[str, str]) -> str | None:
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or not MIN_RATE <= value <= MAX_RATE
+        or not 0 < value <= MAX_RATE
     ):
-        errors[field] = (
-            f"must be a number from 1/3600 (one an hour) to {MAX_RATE:g} (0 or null: no limit)"
-        )
+        errors[field] = f"must be a number above 0 and at most {MAX_RATE:g} (0 or null: no limit)"
         return None
     return repr(float(value))
 

@@ -66,7 +66,7 @@ MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?
 #: An integer as text: bounded digits, checked before ``int()`` sees it.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
 #: A decimal as text (no exponent), checked before ``float()`` sees it.
-_NUMBER_TEXT = re.compile(r"[+-]?[0-9]{1,18}(\.[0-9]{1,18})?")
+_NUMBER_TEXT = re.compile(r"[+-]?[0-9]{1,18}(\.[0-9]{1,18})?([eE][+-]?[0-9]{1,3})?")
 
 #: Messages of the errors a static schema cannot foresee: rules about the
 #: queue's current state, and rules across two parameters. A fuzzer that only

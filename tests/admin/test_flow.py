@@ -121,7 +121,7 @@ def test_bad_values_are_named_next_to_their_fields_and_nothing_changes(admin):
     assert info(admin, "tasks.fifo")["queue"]["post_rate"] == 0
     # Values the core refuses come back the same way, and a FIFO queue is never fair.
     res = send(admin, "tasks.fifo", "flow", status=400, post_rate="2000000")
-    assert "to 1e+06" in res.html.select_one("#queue-flow-form .field-error").text
+    assert "at most 1e+06" in res.html.select_one("#queue-flow-form .field-error").text
     res = send(admin, "tasks.fifo", "flow", status=400, fair="on")
     assert "FIFO" in res.html.select_one("#queue-flow-form .field-error").text
     assert info(admin, "tasks.fifo")["queue"] == {
