@@ -4,7 +4,9 @@ Reads the spool file (:mod:`queuey.client.spoolfile`) from the start and
 writes nothing, so it is safe while a producer appends to the file or
 compacts it (a compaction renames a complete new file over the old one; the
 command reads whichever it opened). ``send_rate`` is the messages
-acknowledged per second over the last minute, from the file's marks.
+acknowledged per second over the last minute, from the file's marks. A file
+it cannot trust (a malformed record, a symbolic link) is one line on stderr
+and exit status 1, as for a producer that would refuse to open it.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ def read_status(path: str, now: float) -> SpoolStats:
         image = spoolfile.scan(path)
     except FileNotFoundError:
         raise CommandError(f"no spool file at {path}") from None
-    except (OSError, spoolfile.BadSpoolFile) as exc:
-        raise CommandError(f"cannot read {path}: {exc}") from None
+    except spoolfile.BadSpoolFile as exc:  # names the file and the record's offset
+        raise CommandError(f"bad spool file {exc}") from None
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     oldest = min((p.spooled for p in image.pending.values()), default=None)
     return SpoolStats(
         path=path,

@@ -54,11 +54,13 @@ from queuey.client.models import (
 )
 from queuey.client.schedules import ScheduleInfo
 from queuey.client.spool import Spool, SpoolFull, SpoolLocked, SpoolStats
+from queuey.client.spoolfile import BadSpoolFile
 from queuey.client.spoolsend import Rejected
 from queuey.client.worker import ReserveStats, ReserveWorker, Worker, WorkerConfig, WorkerStats
 
 __all__ = [
     "BadRequest",
+    "BadSpoolFile",
     "Checkpoint",
     "ClientError",
     "Conflict",

@@ -23,7 +23,11 @@ or when the producer dies. Guarantees, settings and figures: docs/producers.rst.
 * **Refused for good.** A message the service refuses with 400, 404 or 413 is
   appended to ``<file>.rejected`` (JSON lines, fsynced), handed to
   ``on_reject`` if given, marked, and counted; most bad input already fails
-  :meth:`Spool.post` (:func:`entry_json`).
+  :meth:`Spool.post` (:func:`~queuey.client.spoolentry.entry_json`).
+* **Its own files.** Every file the spool creates is mode ``0600`` and none
+  is opened through a symbolic link (:mod:`queuey.client.spooldisk`); a
+  file with a malformed record raises
+  :class:`~queuey.client.spoolfile.BadSpoolFile` when opened.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -42,12 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from queuey.client import spoolfile
+from queuey.client import spooldisk, spoolfile
 from queuey.client.errors import ClientError
+from queuey.client.spoolentry import entry_json
 from queuey.client.spoolsend import Rejected, Sender
 from queuey.clock import SYSTEM_CLOCK, Clock
-from queuey.core.messages import MAX_DEDUP_ID, MAX_PRIORITY
-from queuey.limits import MAX_PARTITION_KEY
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,11 @@ class Spool:
     with a :class:`Rejected` for each message refused for good; ``clock``: the
     time records are stamped with; ``pause``: how the sender waits (tests);
     ``start``: start the sender now (else call :meth:`start`).
+
+    Opening raises :class:`SpoolLocked` (the file is in use),
+    :class:`~queuey.client.spoolfile.BadSpoolFile` (a malformed record: the
+    spool refuses to start rather than drop it) or ``OSError`` (a symbolic
+    link in place of the file or of a sidecar, refused).
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class Spool:
         self._cond = threading.Condition()
         self._syncing = False
         self._closed = False
+        spooldisk.guard(*(spooldisk.sidecar(self.path, s) for s in spooldisk.SIDECARS))
         self._lock_fd = _lock(self.path)
         try:
             self._open()
@@ -151,12 +159,20 @@ class Spool:
     # ------------------------------------------------------------ opening
 
     def _open(self) -> None:
-        if not self.path.exists():
-            spoolfile.create(self.path, uuid.uuid4().hex[:16])
-        image = spoolfile.scan(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-        if image.torn_bytes:
-            self._drop_tail(image)
+        """Open (or create) the file and read it back; a malformed record
+        raises :class:`~queuey.client.spoolfile.BadSpoolFile` and changes
+        nothing."""
+        try:
+            self._fd = spooldisk.open_file(self.path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            self._fd = spoolfile.create(self.path, uuid.uuid4().hex[:16])
+        try:
+            image = spoolfile.scan_fd(self._fd, str(self.path))
+            if image.torn_bytes:
+                self._drop_tail(image)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.spool_id = image.spool_id
         self._next_seq = image.next_seq
         self._durable_seq = image.next_seq - 1
@@ -175,10 +191,7 @@ class Spool:
     def _drop_tail(self, image: spoolfile.SpoolImage) -> None:
         """Keep the torn tail's bytes in ``<file>.torn``, cut it off, and note it."""
         tail = os.pread(self._fd, image.torn_bytes, image.end)
-        with open(self.path.with_name(self.path.name + ".torn"), "ab") as aside:
-            aside.write(tail)
-            aside.flush()
-            os.fsync(aside.fileno())
+        spooldisk.append_durably(spooldisk.sidecar(self.path, ".torn"), tail)
         os.ftruncate(self._fd, image.end)
         os.write(self._fd, spoolfile.torn_record(self._now()))
         os.fsync(self._fd)
@@ -287,7 +300,7 @@ class Spool:
         entries = []
         for p in records:
             raw = os.pread(self._fd, p.size, p.offset)
-            entries.append(spoolfile.decode_message(raw[spoolfile.FRAME.size :])[1])
+            entries.append(spoolfile.decode_message(raw[spoolfile.FRAME.size :])[3])
         return entries
 
     def mark(self, kind: bytes, records: list[spoolfile.Pending]) -> None:
@@ -327,9 +340,9 @@ class Spool:
         header = spoolfile.header_record(self.spool_id, self._next_seq, totals)
         live = list(self._pending.values())
         started = time.monotonic()
-        offsets = spoolfile.rewrite(self.path, self._fd, header, live)
+        offsets, fd = spoolfile.rewrite(self.path, self._fd, header, live)
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self._fd = fd
         for p in live:
             p.offset = offsets[p.seq]
         self._size = os.fstat(self._fd).st_size
@@ -390,61 +403,10 @@ class Spool:
 def _lock(path: Path) -> int:
     """An exclusive lock on ``<file>.lock`` for as long as the spool is open
     (a lock on the file itself would not survive the compaction's rename)."""
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = spooldisk.open_file(spooldisk.sidecar(path, ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise SpoolLocked(f"{path} is in use by another spool") from None
     return fd
-
-
-#: Queue names the service takes (docs/api.rst, "Limits").
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,50}")
-
-
-def entry_json(queue: str, body: Mapping[str, Any], max_size: int, **fields: Any) -> str:
-    """The batch entry of a message as JSON text, after the checks the client
-    can make alone, so most bad input fails :meth:`Spool.post` rather than
-    reaching the rejected file. Raises ``ValueError`` naming the field."""
-    if not isinstance(queue, str) or not QUEUE_NAME.fullmatch(queue):
-        raise ValueError(f"queue: not a queue name ([A-Za-z0-9_-]{{1,50}}): {queue!r}")
-    if not isinstance(body, Mapping):
-        raise ValueError("body: must be a JSON object (a dict)")
-    try:
-        text = json.dumps(dict(body), separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"body: not JSON ({exc})") from None
-    if len(text.encode()) > max_size:
-        raise ValueError(f"body: larger than max_message_size ({max_size} bytes)")
-    given = {k: v for k, v in fields.items() if v is not None}
-    bounds = {
-        "partition": (1, None),
-        "ttl": (1, None),
-        "delay": (0, None),
-        "priority": (0, MAX_PRIORITY),
-    }
-    for name, (low, high) in bounds.items():
-        value = given.get(name)
-        if value is not None and (
-            not isinstance(value, int)
-            or isinstance(value, bool)
-            or value < low
-            or (high is not None and value > high)
-        ):
-            upper = f" to {high}" if high is not None else " or more"
-            raise ValueError(f"{name}: must be a whole number, {low}{upper}")
-    for name, longest in (("partition_key", MAX_PARTITION_KEY), ("dedup_id", MAX_DEDUP_ID)):
-        value = given.get(name)
-        if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= longest):
-            raise ValueError(f"{name}: must be 1 to {longest} characters")
-    attributes = given.get("attributes")
-    if attributes is not None:
-        if not isinstance(attributes, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
-        ):
-            raise ValueError("attributes: must map strings to strings")
-        given["attributes"] = dict(attributes)
-    given.pop("dedup_id", None)  # the spool writes it first
-    extra = json.dumps(given, separators=(",", ":"), ensure_ascii=False)[1:-1]
-    return '{"body":' + text + ("," + extra if extra else "") + "}"

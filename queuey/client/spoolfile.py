@@ -25,20 +25,36 @@ disk is recognised and nothing after it is trusted. The kinds:
     the time and the number of torn tails (1) dropped when the file was
     opened; they count in the ``torn`` total.
 
+A record whose checksum fails ends the valid part of the file: it is the one
+a crash cut short (the tail after it is torn). A record whose checksum holds
+was written whole, so one that is malformed all the same (a field cut short,
+a wrong type, bad JSON or UTF-8, an unknown kind, a value out of range, a
+sequence number that does not grow) is no torn write: reading the file raises
+:class:`BadSpoolFile`, naming the file and the record's offset, wherever the
+record lies.
+
 Reading (:func:`scan`) never writes, so ``queuey spool status`` may read a file
 a producer is appending to: an incomplete last record is then simply the one
-being written. :func:`rewrite` makes the compacted copy.
+being written. :func:`rewrite` makes the compacted copy. The files are opened
+through :mod:`queuey.client.spooldisk` (mode ``0600``, no symbolic links).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from queuey.client import spooldisk
+from queuey.client.errors import ClientError
+from queuey.client.spoolentry import check_stored
 
 MAGIC = b"QSPOOL1\n"
 FRAME = struct.Struct(">IIc")
@@ -49,6 +65,17 @@ MESSAGE_HEAD = struct.Struct(">Qd")
 MAX_PAYLOAD = 64 * 2**20
 
 HEADER, MESSAGE, ACKED, REJECTED, TORN = b"H", b"M", b"A", b"R", b"T"
+KIND_NAMES = {
+    HEADER: "header",
+    MESSAGE: "message",
+    ACKED: "acknowledged",
+    REJECTED: "rejected",
+    TORN: "torn",
+}
+#: Spool ids: what :func:`create` makes (16 hex digits), within reason.
+SPOOL_ID = re.compile(r"[0-9A-Za-z]{1,64}")
+#: Bound of sequence numbers and totals: ``next_seq`` must still pack in 8 bytes.
+MAX_COUNT = 2**63 - 1
 #: Seconds of acknowledgements the status command's ``send_rate`` covers.
 RATE_WINDOW = 60.0
 
@@ -77,10 +104,66 @@ def torn_record(when: float) -> bytes:
     return frame(TORN, STAMP.pack(when) + SEQ.pack(1))
 
 
-def decode_message(payload: bytes) -> tuple[str, dict]:
-    """The queue and the batch entry of an ``M`` record's payload."""
-    data = json.loads(payload[MESSAGE_HEAD.size :])
-    return data["q"], data["e"]
+def decode_message(payload: bytes) -> tuple[int, float, str, dict]:
+    """The sequence number, spool time, queue and batch entry of an ``M``
+    record's payload. Raises ``ValueError`` saying what is malformed."""
+    if len(payload) < MESSAGE_HEAD.size:
+        raise ValueError(f"{len(payload)} bytes, shorter than its {MESSAGE_HEAD.size}-byte head")
+    seq, spooled = MESSAGE_HEAD.unpack_from(payload)
+    _check_count("sequence number", seq)
+    _check_time(spooled)
+    data = _json(memoryview(payload)[MESSAGE_HEAD.size :])
+    if not isinstance(data, dict) or set(data) != {"q", "e"}:
+        raise ValueError('not a {"q": queue, "e": entry} object')
+    check_stored(data["q"], data["e"])
+    return seq, spooled, data["q"], data["e"]
+
+
+def decode_header(payload: bytes) -> dict[str, Any]:
+    """The header's fields: ``spool_id`` and ``first_seq``, the totals
+    (0 when absent). Raises ``ValueError`` saying what is malformed."""
+    info = _json(payload)
+    if not isinstance(info, dict):
+        raise ValueError("not a JSON object")
+    spool_id = info.get("spool_id")
+    if not isinstance(spool_id, str) or not SPOOL_ID.fullmatch(spool_id):
+        raise ValueError("spool_id: must be 1 to 64 letters or digits")
+    fields = {"spool_id": spool_id, "first_seq": info.get("first_seq")}
+    for name in ("sent", "rejected", "torn"):
+        fields[name] = info.get(name, 0)
+    for name, value in fields.items():
+        if name != "spool_id":
+            _check_count(name, value)
+    return fields
+
+
+def _json(raw: bytes | memoryview) -> Any:
+    """Strict JSON of UTF-8 text (no NaN or Infinity); ``ValueError`` otherwise."""
+    try:
+        return _DECODER.decode(str(raw, "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ValueError("not JSON (nested too deep)") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _check_count(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name}: must be a whole number, 0 to 2**63-1")
+
+
+def _check_time(value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"time: {value} is not a time")
 
 
 @dataclass
@@ -126,8 +209,20 @@ class SpoolImage:
         return recent / window
 
 
-class BadSpoolFile(ValueError):
-    """The file is not a spool file (no magic, or no readable header)."""
+class BadSpoolFile(ClientError, ValueError):
+    """The file is no spool file the spool can trust: no magic, no readable
+    header, or a record whose checksum holds but whose content is malformed
+    (truncated fields, wrong types, bad JSON or UTF-8, an unknown record type,
+    values out of range), which no torn write makes. ``path`` names the file
+    and ``offset`` the record's frame (None: the file as a whole)."""
+
+    def __init__(self, reason: str, *, path: str | None = None, offset: int | None = None):
+        where = path or "the spool file"
+        if offset is not None:
+            where += f", record at offset {offset}"
+        text = f"{where}: {reason}".replace("\n", " ")
+        super().__init__(text, error_msg={"spool": "bad file"})
+        self.reason, self.path, self.offset = reason, path, offset
 
 
 def frames(data: bytes | memoryview, start: int) -> Iterator[tuple[int, bytes, bytes]]:
@@ -147,95 +242,143 @@ def frames(data: bytes | memoryview, start: int) -> Iterator[tuple[int, bytes, b
 
 
 def scan(path: str | Path) -> SpoolImage:
-    """Read a whole spool file without changing it (see the module doc)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    return scan_bytes(data)
+    """Read a whole spool file without changing it (see the module doc).
+    Raises :class:`BadSpoolFile`, or ``OSError`` (a symbolic link is refused)."""
+    fd = spooldisk.open_file(path, os.O_RDONLY, keep_mode=True)
+    try:
+        return scan_fd(fd, str(path))
+    finally:
+        os.close(fd)
 
 
-def scan_bytes(data: bytes) -> SpoolImage:
+def scan_fd(fd: int, path: str | None = None) -> SpoolImage:
+    """:func:`scan` of the file open on ``fd``, named ``path`` in errors."""
+    return scan_bytes(spooldisk.read_all(fd), path)
+
+
+def scan_bytes(data: bytes, path: str | None = None) -> SpoolImage:
     if not data.startswith(MAGIC):
-        raise BadSpoolFile("not a spool file (no QSPOOL1 magic)")
+        raise BadSpoolFile("not a spool file (no QSPOOL1 magic)", path=path)
     records = frames(data, len(MAGIC))
     first = next(records, None)
     if first is None or first[1] != HEADER:
-        raise BadSpoolFile("the spool file has no readable header")
-    info = json.loads(first[2])
+        raise BadSpoolFile("the spool file has no readable header", path=path)
+    try:
+        info = decode_header(first[2])
+    except ValueError as exc:
+        raise BadSpoolFile(f"header record: {exc}", path=path, offset=len(MAGIC)) from exc
     image = SpoolImage(
         spool_id=info["spool_id"],
-        first_seq=int(info["first_seq"]),
-        next_seq=int(info["first_seq"]),
+        first_seq=info["first_seq"],
+        next_seq=info["first_seq"],
         pending={},
-        sent=int(info.get("sent", 0)),
-        rejected=int(info.get("rejected", 0)),
-        torn=int(info.get("torn", 0)),
+        sent=info["sent"],
+        rejected=info["rejected"],
+        torn=info["torn"],
         end=len(MAGIC) + FRAME.size + len(first[2]),
         torn_bytes=0,
         dead_bytes=FRAME.size + len(first[2]),
     )
+    last_seq = -1
     for offset, kind, payload in records:
-        size = FRAME.size + len(payload)
-        image.end = offset + size
-        if kind == MESSAGE:
-            seq, spooled = MESSAGE_HEAD.unpack_from(payload)
-            queue = json.loads(payload[MESSAGE_HEAD.size :])["q"]
-            image.pending[seq] = Pending(seq, queue, spooled, offset, size)
-            image.next_seq = max(image.next_seq, seq + 1)
-            continue
-        image.dead_bytes += size
-        if kind in (ACKED, REJECTED):
-            (when,) = STAMP.unpack_from(payload)
-            count = 0
-            for i in range(STAMP.size, len(payload), SEQ.size):
-                gone = image.pending.pop(SEQ.unpack_from(payload, i)[0], None)
-                if gone is not None:
-                    image.dead_bytes += gone.size
-                    count += 1
-            if kind == ACKED:
-                image.sent += count
-                image.ack_times.append((when, count))
+        try:
+            if kind == MESSAGE:
+                seq, spooled, queue, _ = decode_message(payload)
+                if seq <= last_seq:
+                    raise ValueError(f"sequence number {seq} after {last_seq}")
+                last_seq = seq
+                size = FRAME.size + len(payload)
+                image.pending[seq] = Pending(seq, queue, spooled, offset, size)
+                image.next_seq = max(image.next_seq, seq + 1)
             else:
-                image.rejected += count
-        elif kind == TORN:
-            image.torn += SEQ.unpack_from(payload, STAMP.size)[0]
+                _apply_mark(image, kind, payload)
+        except ValueError as exc:
+            what = KIND_NAMES.get(kind, "a")
+            raise BadSpoolFile(f"{what} record: {exc}", path=path, offset=offset) from exc
+        image.end = offset + FRAME.size + len(payload)
     image.torn_bytes = len(data) - image.end
     return image
 
 
-def create(path: Path, spool_id: str) -> None:
-    """A new, empty spool file, durable (the file and its directory entry)."""
-    tmp = path.with_name(path.name + ".new")
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + header_record(spool_id, 0, {"sent": 0, "rejected": 0, "torn": 0}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    sync_directory(path.parent)
+def _apply_mark(image: SpoolImage, kind: bytes, payload: bytes) -> None:
+    """Count an ``A``, ``R`` or ``T`` record into ``image``; ``ValueError``
+    for anything else or a malformed one."""
+    if kind in (ACKED, REJECTED):
+        seqs = len(payload) - STAMP.size
+        if seqs < SEQ.size or seqs % SEQ.size:
+            raise ValueError(f"{len(payload)} bytes: not a time and sequence numbers")
+        (when,) = STAMP.unpack_from(payload)
+        _check_time(when)
+        count = 0
+        for i in range(STAMP.size, len(payload), SEQ.size):
+            (seq,) = SEQ.unpack_from(payload, i)
+            if seq >= image.next_seq:
+                raise ValueError(f"marks sequence number {seq}, never spooled")
+            gone = image.pending.pop(seq, None)
+            if gone is not None:
+                image.dead_bytes += gone.size
+                count += 1
+        if kind == ACKED:
+            image.sent += count
+            image.ack_times.append((when, count))
+        else:
+            image.rejected += count
+    elif kind == TORN:
+        if len(payload) != STAMP.size + SEQ.size:
+            raise ValueError(f"{len(payload)} bytes, not {STAMP.size + SEQ.size}")
+        when, (tails,) = STAMP.unpack_from(payload)[0], SEQ.unpack_from(payload, STAMP.size)
+        _check_time(when)
+        if not 1 <= tails <= 2**32:
+            raise ValueError(f"{tails} torn tails")
+        image.torn += tails
+    elif kind == HEADER:
+        raise ValueError("a second header")
+    else:
+        raise ValueError(f"unknown record type {kind!r}")
+    image.dead_bytes += FRAME.size + len(payload)
+
+
+def create(path: Path, spool_id: str) -> int:
+    """A new, empty spool file, durable (the file and its directory entry),
+    made as ``<file>.new`` and renamed; returns a descriptor on it
+    (read-write, appending)."""
+    data = MAGIC + header_record(spool_id, 0, {"sent": 0, "rejected": 0, "torn": 0})
+    return _replace(path, ".new", data, [])[1]
 
 
 def rewrite(
     path: Path, source_fd: int, image_header: bytes, pending: list[Pending]
-) -> dict[int, int]:
+) -> tuple[dict[int, int], int]:
     """Compact: write ``image_header`` and the ``pending`` records (copied from
-    ``source_fd``) to a new file, fsync it, rename it over ``path`` and fsync
-    the directory. A crash at any point leaves either the old file or the new
-    one, both complete. Returns each pending record's new offset."""
-    tmp = path.with_name(path.name + ".compact")
+    ``source_fd``) to ``<file>.compact``, fsync it, rename it over ``path`` and
+    fsync the directory. A crash at any point leaves either the old file or the
+    new one, both complete. Returns each pending record's new offset, and a
+    descriptor on the new file (read-write, appending)."""
+    return _replace(path, ".compact", MAGIC + image_header, pending, source_fd)
+
+
+def _replace(
+    path: Path, suffix: str, head: bytes, pending: list[Pending], source_fd: int = -1
+) -> tuple[dict[int, int], int]:
+    tmp = spooldisk.sidecar(path, suffix)
+    fd = spooldisk.open_temporary(tmp)
     offsets: dict[int, int] = {}
-    with open(tmp, "wb") as out:
-        out.write(MAGIC + image_header)
-        position = len(MAGIC) + len(image_header)
+    try:
+        spooldisk.write_all(fd, head)
+        position = len(head)
         for run in _runs(pending):
             start, stop = run[0].offset, run[-1].offset + run[-1].size
-            out.write(os.pread(source_fd, stop - start, start))
+            spooldisk.write_all(fd, os.pread(source_fd, stop - start, start))
             for p in run:
                 offsets[p.seq] = position + (p.offset - start)
             position += stop - start
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    sync_directory(path.parent)
-    return offsets
+        os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    spooldisk.sync_directory(path.parent)
+    return offsets, fd
 
 
 def _runs(pending: list[Pending]) -> Iterator[list[Pending]]:
@@ -248,12 +391,3 @@ def _runs(pending: list[Pending]) -> Iterator[list[Pending]]:
         run.append(p)
     if run:
         yield run
-
-
-def sync_directory(directory: Path) -> None:
-    """fsync a directory, so a file created or renamed in it survives a crash."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -17,14 +17,15 @@ record, so per-queue order is kept. What an answer means:
   batch is rejected.
 
 A rejected message goes to ``<spool file>.rejected`` (one JSON line each,
-fsynced before the mark) and to the ``on_reject`` callback.
+fsynced before the mark; mode ``0600``, never through a symbolic link: a
+refused file leaves the records in the spool and says so in ``last_error``)
+and to the ``on_reject`` callback.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from queuey.client import spoolfile
+from queuey.client import spooldisk, spoolfile
 from queuey.client.errors import ClientError
 from queuey.client.models import OutgoingMessage
 from queuey.client.retry import full_jitter
@@ -128,7 +129,10 @@ class Sender:
                 job = self._next()
                 if job is not None:
                     self._send(*job)
-            except Exception:  # a bug or a disk error: log it, wait, go on
+            except OSError as exc:  # the disk, or a refused file: the records stay
+                log.error("spool %s: the sender failed: %s", self.spool.path, exc)
+                self._failed(f"disk: {exc}")
+            except Exception:  # a bug: log it, wait, go on
                 log.exception("spool %s: the sender failed", self.spool.path)
                 self._failed("internal error (see the log)")
 
@@ -231,7 +235,7 @@ class Sender:
                     log.exception("spool %s: on_reject failed", self.spool.path)
 
     def _write_aside(self, refused: list[Rejected]) -> None:
-        path = self.spool.path.with_name(self.spool.path.name + ".rejected")
+        path = spooldisk.sidecar(self.spool.path, ".rejected")
         now = time.time()
         lines = "".join(
             json.dumps(
@@ -246,7 +250,4 @@ class Sender:
             + "\n"
             for r in refused
         )
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            os.fsync(f.fileno())
+        spooldisk.append_durably(path, lines.encode())
