@@ -1,11 +1,13 @@
 """Peer calls between API processes (:mod:`queuey.storage.cassandra.peers`):
 answers reach the caller that asked, strangers and replayed frames are shut
 out before the handler runs, and every failure the caller can meet is a
-:class:`PeerUnavailable` within the time it allowed. No Cassandra needed."""
+:class:`PeerUnavailable` within the time it allowed. No Cassandra needed.
+What strangers may cost the server: ``test_cassandra_peer_limits.py``."""
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
 import threading
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from queuey.errors import StorageUnavailable
-from queuey.storage.cassandra import peers
+from queuey.storage.cassandra import peerchannel, peerserver
 from queuey.storage.cassandra.peers import PeerClient, PeerServer, PeerUnavailable
 from tests.support import wait_until
 
@@ -42,6 +44,8 @@ class Handler:
             raise RuntimeError("the internal detail nobody outside may see")
         if op == "not-a-dict":
             return ["a", "list"]
+        if op == "large":
+            return {"body": "x" * args["size"]}
         return {"op": op, "args": args}
 
 
@@ -73,14 +77,20 @@ def _endpoint(address: str) -> tuple[str, int]:
 
 
 def _hello(address: str) -> socket.socket:
-    """A raw connection that has read the server's nonce."""
+    """A raw connection that has read the server's nonce (a stranger)."""
     sock = socket.create_connection(_endpoint(address), timeout=5)
     nonce = b""
-    while len(nonce) < peers.NONCE_BYTES:
-        chunk = sock.recv(peers.NONCE_BYTES - len(nonce))
-        assert chunk, "the server closed before its hello"
+    while len(nonce) < peerchannel.NONCE_BYTES:
+        chunk = sock.recv(peerchannel.NONCE_BYTES - len(nonce))
+        assert chunk, "the server closed before its nonce"
         nonce += chunk
     return sock
+
+
+def _authenticated(address: str) -> peerchannel.Channel:
+    """A raw connection on which both ends proved the secret."""
+    sock = socket.create_connection(_endpoint(address), timeout=5)
+    return peerchannel.open_client(sock, SECRET, time.monotonic() + 5)
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -177,10 +187,12 @@ def test_a_call_returns_the_handlers_answer(server, client, handler):
     assert server.connections == 1  # the second call reused the pooled connection
 
 
-def test_a_large_payload_arrives_whole(server, client):
-    body = "x" * (3 * 1024 * 1024 + 17)
+def test_large_payloads_arrive_whole(server, client):
+    body = "x" * (peerchannel.MAX_REQUEST - 1000)  # a request near its bound
     answer = client.call(server.address, "echo", {"body": body}, timeout=30)
     assert answer["args"]["body"] == body
+    size = 20 * 1024 * 1024 + 17  # answers may be larger: reserves carry message bodies
+    assert client.call(server.address, "large", {"size": size}, timeout=30)["body"] == "x" * size
 
 
 def test_concurrent_calls_get_their_own_answers(server, client, handler):
@@ -229,7 +241,8 @@ def test_a_captured_frame_replayed_on_a_new_connection_is_refused(server, client
 
 def test_a_frame_replayed_on_its_own_connection_is_refused(server, client, handler, proxy):
     assert client.call(proxy.address, "echo", {"n": 1}, timeout=5)["args"] == {"n": 1}
-    proxy.upstreams[0].sendall(bytes(proxy.sent[0]))  # the same frame again, out of order
+    frame = bytes(proxy.sent[0][peerchannel.HELLO_BYTES :])
+    proxy.upstreams[0].sendall(frame)  # the same frame again, out of order
     wait_until(lambda: server.connections == 0, what="the server to close the connection")
     wait_until(lambda: proxy.relays_done == 1, what="the proxy to pass the close on")
     assert handler.calls == 1
@@ -239,11 +252,11 @@ def test_a_frame_replayed_on_its_own_connection_is_refused(server, client, handl
 
 
 def test_an_oversized_length_is_refused_before_its_body(handler):
-    server = PeerServer(handler, "127.0.0.1", SECRET, max_frame=1024)
+    server = PeerServer(handler, "127.0.0.1", SECRET, max_request=1024)
     server.start()
     try:
         for length in (1025, 2**32 - 1):
-            sock = _hello(server.address)
+            sock = _authenticated(server.address).sock
             try:  # only the length is sent: the server must not wait for 4 GiB
                 sock.sendall(struct.pack(">I", length))
                 assert _closed_by_server(sock)
@@ -261,22 +274,40 @@ def test_an_oversized_length_is_refused_before_its_body(handler):
         server.close()
 
 
-def test_a_connection_that_never_speaks_is_closed(server, monkeypatch):
-    monkeypatch.setattr(peers, "HELLO_SECONDS", 0.2)
+def test_a_connection_that_never_speaks_is_closed(handler):
+    server = PeerServer(handler, "127.0.0.1", SECRET, hello_seconds=0.2)
+    server.start()
     sock = _hello(server.address)
     try:
+        started = time.monotonic()
         assert _closed_by_server(sock)
+        assert time.monotonic() - started < 2
+        assert server.strangers == 0
     finally:
         sock.close()
+        server.close()
 
 
-def test_connections_beyond_the_limit_are_refused(handler):
+def test_a_half_hello_is_closed_at_the_hello_deadline(handler):
+    server = PeerServer(handler, "127.0.0.1", SECRET, hello_seconds=0.3)
+    server.start()
+    sock = _hello(server.address)
+    try:
+        sock.sendall(os.urandom(peerchannel.HELLO_BYTES - 1))  # one byte short, then silence
+        assert _closed_by_server(sock)
+        assert handler.calls == 0
+    finally:
+        sock.close()
+        server.close()
+
+
+def test_peer_connections_beyond_the_limit_are_refused(handler):
     server = PeerServer(handler, "127.0.0.1", SECRET, max_connections=1)
     server.start()
-    holder = _hello(server.address)
-    client = PeerClient(SECRET)
+    holder, client = PeerClient(SECRET), PeerClient(SECRET)
     try:
-        with pytest.raises(PeerUnavailable):
+        assert holder.call(server.address, "echo", {}, timeout=5)["op"] == "echo"  # pooled
+        with pytest.raises(PeerUnavailable, match="no hello"):
             client.call(server.address, "echo", {}, timeout=5)
         holder.close()
         wait_until(lambda: server.connections == 0, what="the slot to free up")
@@ -339,7 +370,7 @@ def test_storage_unavailable_in_the_handler_reaches_the_caller(server, client):
 
 @pytest.mark.parametrize("op", ["boom", "not-a-dict"])
 def test_a_handler_failure_is_logged_there_and_short_here(server, client, caplog, op):
-    with caplog.at_level(logging.ERROR, logger=peers.__name__):
+    with caplog.at_level(logging.ERROR, logger=peerserver.__name__):
         with pytest.raises(PeerUnavailable) as raised:
             client.call(server.address, op, {}, timeout=5)
     message = str(raised.value)
