@@ -1,14 +1,17 @@
 """Subscription filters: which messages a work-queue subscription takes.
 
-A filter is the part of Amazon SNS filter policies that users rely on, over a
-message's attributes (at most 10 names to text values). It is a JSON object
-``{"<attribute name>": [condition, ...], ...}``: a message passes when every
-named attribute meets at least one of its conditions (AND across names, OR
-within a name). A condition is
+A filter is an Amazon SNS filter policy over a message's attributes (at most
+10 names to text values), with SNS's ``MessageAttributes`` scope. It is a
+JSON object ``{"<attribute name>": [condition, ...], ...}``: a message passes
+when every named attribute meets at least one of its conditions (AND across
+names, OR within a name). A condition is
 
 - a string: the attribute's value is exactly that text;
-- a number: the value reads as a decimal number equal to it (``"5"`` and
-  ``"5.0"`` both match ``5``);
+- a number: the value reads as a number equal to it (``"5"``, ``"5.0"`` and
+  ``"5e0"`` all match ``5``);
+- ``true`` / ``false``: the value is the text ``true`` / ``false``
+  (attribute values are text, see :data:`~queuey.model.filter_conditions.KEYWORD_TEXT`);
+- ``null``: accepted, as SNS does, and met by no attribute (none is null);
 - ``{"prefix": "abc"}`` / ``{"suffix": "abc"}``: the value starts / ends with
   that (non-empty) text;
 - ``{"numeric": [">", 0, "<=", 5]}``: the value reads as a number within the
@@ -16,67 +19,108 @@ within a name). A condition is
   upper bound, or ``["=", 3]`` alone;
 - ``{"exists": true}`` / ``{"exists": false}``: the attribute is present /
   absent;
-- ``{"anything-but": ...}`` with a string, a number, a non-empty list of
-  those, or ``{"prefix": "x"}`` / ``{"suffix": "x"}``: the attribute is present
-  and is none of those.
+- ``{"anything-but": ...}`` with a string, a number, ``true``, ``false``,
+  ``null``, a non-empty list of those, or ``{"prefix": "x"}`` /
+  ``{"suffix": "x"}``: the attribute is present and is none of those.
 
-An absent attribute meets only ``{"exists": false}``. A value "reads as a
-number" when it is plain decimal notation (``-12``, ``+0.5``, ``3.``, ``.25``;
-no exponent, ASCII digits) of at most :data:`MAX_NUMBER_TEXT` characters;
-anything else is text that no numeric condition matches.
+An absent attribute meets only ``{"exists": false}``, and a message with no
+attributes at all passes no filter (as SNS documents: ``exists: false``
+needs at least one attribute present). A value "reads as a number" when it is
+decimal notation with an optional exponent (``-12``, ``+0.5``, ``.25``,
+``3.015e2``; ASCII digits) of at most
+:data:`~queuey.model.filter_conditions.MAX_NUMBER_TEXT` characters; anything
+else is text that no numeric condition matches.
 
-Bounds (as SNS; every one is checked before the work it limits):
+Bounds (SNS's, but for the size; every one is checked before the work it limits):
 
 - :data:`MAX_KEYS` (5) attribute names per filter, each 1 to
   :data:`MAX_STRING` (256) characters;
-- :data:`MAX_CONDITIONS` (150) conditions in all, where each value of an
-  ``anything-but`` list counts as one;
+- :data:`MAX_COMBINATIONS` (150): the product of each name's number of
+  conditions, counted as SNS counts it (an ``anything-but`` list is one
+  condition);
 - :data:`MAX_STRING` (256) characters in every string of the filter;
 - numbers finite, of magnitude at most :data:`MAX_NUMBER` (1e9), with at most
   :data:`MAX_DECIMALS` (5) decimal places;
-- :data:`MAX_FILTER_BYTES` (2 KiB): the canonical JSON's size in UTF-8.
+- :data:`MAX_FILTER_BYTES` (16 KiB, where SNS allows 256 KB): the canonical
+  JSON's size in UTF-8. A filter is kept in its queue's metadata, which every
+  API node reads and caches (20 filtered subscriptions per queue), and each
+  node keeps the filters it compiled; a running lower bound of the size
+  refuses a huge input before it is all read.
 
 :func:`parse_filter` checks a filter as a user sent it and raises
 :class:`FilterError` naming the bad part; its work is linear in the input and
 bounded by these limits. :attr:`Filter.text` is the canonical JSON (sorted
 keys, compact, integral numbers written as integers), which is what is stored;
 :func:`load_filter` rebuilds a filter from it, cached, for the hot paths.
-Matching costs O(conditions) per message: exact values are set look-ups,
-prefixes and suffixes one ``str.startswith`` / ``str.endswith`` call, and no
-pattern is ever built from user input.
+Matching (:mod:`queuey.model.filter_conditions`) costs O(conditions) per
+message.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from queuey.model.filter_conditions import (
+    KEYWORD_TEXT,
+    MAX_NUMBER_TEXT,
+    AnythingBut,
+    Key,
+    Range,
+    matches,
+    read_number,
+)
+
+__all__ = [
+    "MAX_COMBINATIONS",
+    "MAX_DECIMALS",
+    "MAX_FILTER_BYTES",
+    "MAX_KEYS",
+    "MAX_NUMBER",
+    "MAX_NUMBER_TEXT",
+    "MAX_STRING",
+    "Filter",
+    "FilterError",
+    "load_filter",
+    "parse_filter",
+    "read_number",
+]
+
 #: Most attribute names one filter may name.
 MAX_KEYS = 5
-#: Most conditions in one filter, over all its names (``anything-but`` values each count).
-MAX_CONDITIONS = 150
+#: Most combinations of values: the product of each name's number of conditions (SNS's rule).
+MAX_COMBINATIONS = 150
 #: Longest string anywhere in a filter (names, values, prefixes), in characters.
 MAX_STRING = 256
 #: Largest canonical JSON of a filter, in UTF-8 bytes: what is stored with the queue.
-MAX_FILTER_BYTES = 2048
+MAX_FILTER_BYTES = 16 * 1024
 #: Largest magnitude of a number in a filter.
 MAX_NUMBER = 10**9
 #: Most decimal places of a number in a filter.
 MAX_DECIMALS = 5
-#: Longest attribute value that is read as a number (longer ones are text).
-MAX_NUMBER_TEXT = 40
 
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)")
+#: Filters up to this size are cached many at a time; larger ones a few, so the
+#: compiled filters a process keeps stay within a few MiB whatever is stored.
+_SMALL_FILTER = 2048
+
 _LOWER = {">": False, ">=": True}
 _UPPER = {"<": False, "<=": True}
 _OPERANDS = ("prefix", "suffix", "numeric", "exists", "anything-but")
-_CONDITION = f"must be a string, a number or an object with one of: {', '.join(_OPERANDS)}"
+_CONDITION = (
+    "must be a string, a number, true, false, null or an object with one of: "
+    f"{', '.join(_OPERANDS)}"
+)
+_BUT_VALUE = "must be a string, a number, true, false, null, a list of those, or a prefix/suffix"
+_SIZE = f"must be at most {MAX_FILTER_BYTES} bytes as compact JSON"
+_COMBINATIONS = (
+    f"may have at most {MAX_COMBINATIONS} combinations of values "
+    "(the product of each attribute's number of conditions)"
+)
 
 
 class FilterError(ValueError):
@@ -91,104 +135,6 @@ class FilterError(ValueError):
         return type(self), (self.part, str(self))
 
 
-def read_number(value: str) -> Decimal | None:
-    """``value`` as an exact number when it is plain decimal notation of at most
-    :data:`MAX_NUMBER_TEXT` characters, else ``None``. The length is checked
-    before anything else reads the text, and the fixed pattern before
-    ``Decimal`` does (which would also take ``1e999999``, ``NaN`` or ``1_0``)."""
-    if len(value) > MAX_NUMBER_TEXT or not _PLAIN_NUMBER.fullmatch(value):
-        return None
-    return Decimal(value)
-
-
-class _Range:
-    """One ``numeric`` condition; a missing bound is ``None``."""
-
-    __slots__ = ("low", "low_in", "high", "high_in")
-
-    def __init__(self, low: Decimal | None, low_in: bool, high: Decimal | None, high_in: bool):
-        self.low, self.low_in, self.high, self.high_in = low, low_in, high, high_in
-
-    def holds(self, n: Decimal) -> bool:
-        low, high = self.low, self.high
-        if low is not None and (n < low or (n == low and not self.low_in)):
-            return False
-        return high is None or n < high or (n == high and self.high_in)
-
-
-class _AnythingBut:
-    """One ``anything-but`` condition: the value is none of these."""
-
-    __slots__ = ("texts", "numbers", "prefix", "suffix")
-
-    def __init__(self) -> None:
-        self.texts: set[str] = set()
-        self.numbers: set[Decimal] = set()
-        self.prefix: str | None = None
-        self.suffix: str | None = None
-
-    def holds(self, value: str) -> bool:
-        if value in self.texts:
-            return False
-        if self.prefix is not None and value.startswith(self.prefix):
-            return False
-        if self.suffix is not None and value.endswith(self.suffix):
-            return False
-        if self.numbers:
-            n = read_number(value)
-            if n is not None and n in self.numbers:
-                return False
-        return True
-
-
-class _Key:
-    """The conditions on one attribute name, grouped by kind for matching."""
-
-    __slots__ = (
-        "name",
-        "present",
-        "absent",
-        "texts",
-        "numbers",
-        "prefixes",
-        "suffixes",
-        "ranges",
-        "but",
-    )
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.present = False  # exists: true
-        self.absent = False  # exists: false
-        self.texts: set[str] = set()
-        self.numbers: set[Decimal] = set()
-        self.prefixes: tuple[str, ...] = ()
-        self.suffixes: tuple[str, ...] = ()
-        self.ranges: list[_Range] = []
-        self.but: list[_AnythingBut] = []
-
-    def holds(self, value: str) -> bool:
-        """Whether a present attribute with ``value`` meets any condition."""
-        if self.present or value in self.texts:
-            return True
-        if self.prefixes and value.startswith(self.prefixes):
-            return True
-        if self.suffixes and value.endswith(self.suffixes):
-            return True
-        if self.numbers or self.ranges:
-            n = read_number(value)
-            if n is not None:
-                if n in self.numbers:
-                    return True
-                for numeric in self.ranges:
-                    if numeric.holds(n):
-                        return True
-        for but in self.but:
-            if but.holds(value):
-                return True
-        return False
-
-
 @dataclass(frozen=True)
 class Filter:
     """A checked filter. ``text`` is its canonical JSON: equal filters have equal
@@ -197,11 +143,11 @@ class Filter:
     stored)."""
 
     text: str
-    _keys: tuple[_Key, ...] = field(init=False, repr=False, compare=False)
+    _keys: tuple[Key, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or len(self.text) > MAX_FILTER_BYTES:
-            raise FilterError("filter", f"must be at most {MAX_FILTER_BYTES} bytes of JSON")
+            raise FilterError("filter", _SIZE)
         try:
             value = json.loads(self.text)
         except (ValueError, RecursionError):
@@ -213,14 +159,7 @@ class Filter:
 
     def matches(self, attributes: Mapping[str, str]) -> bool:
         """Whether a message with ``attributes`` passes; O(conditions)."""
-        for key in self._keys:
-            value = attributes.get(key.name)
-            if value is None or not isinstance(value, str):
-                if not key.absent:
-                    return False
-            elif not key.holds(value):
-                return False
-        return True
+        return matches(self._keys, attributes)
 
     def to_json(self) -> dict[str, Any]:
         """The filter as a JSON value (a fresh copy), for answers."""
@@ -234,17 +173,50 @@ def parse_filter(value: object) -> Filter:
     return load_filter(canonical)
 
 
-@lru_cache(maxsize=1024)
 def load_filter(text: str) -> Filter:
     """The filter stored as ``text`` (canonical JSON), built once and cached:
     reserves and statistics call this for every read of a queue's settings."""
+    if isinstance(text, str) and len(text) <= _SMALL_FILTER:
+        return _load_small(text)
+    return _load_large(text)
+
+
+@lru_cache(maxsize=1024)
+def _load_small(text: str) -> Filter:
+    return Filter(text)
+
+
+@lru_cache(maxsize=64)
+def _load_large(text: str) -> Filter:
     return Filter(text)
 
 
 # -- checking --------------------------------------------------------------------------
 
 
-def _check(value: object) -> tuple[str, tuple[_Key, ...]]:
+class _Budget:
+    """What a filter has spent: its combinations, and a lower bound of its
+    canonical JSON's size (each string at least its characters and quotes,
+    anything else at least a byte), so a huge input stops early."""
+
+    __slots__ = ("combinations", "size")
+
+    def __init__(self) -> None:
+        self.combinations = 1
+        self.size = 2  # {}
+
+    def combine(self, n: int) -> None:
+        self.combinations *= n
+        if self.combinations > MAX_COMBINATIONS:
+            raise FilterError("filter", _COMBINATIONS)
+
+    def spend(self, n: int) -> None:
+        self.size += n
+        if self.size > MAX_FILTER_BYTES:
+            raise FilterError("filter", _SIZE)
+
+
+def _check(value: object) -> tuple[str, tuple[Key, ...]]:
     """Validate ``value``; return its canonical text and its compiled keys."""
     if not isinstance(value, dict):
         raise FilterError("filter", "must be an object of attribute names to lists of conditions")
@@ -252,42 +224,49 @@ def _check(value: object) -> tuple[str, tuple[_Key, ...]]:
         raise FilterError("filter", "must name at least one attribute")
     if len(value) > MAX_KEYS:
         raise FilterError("filter", f"may name at most {MAX_KEYS} attributes")
-    budget = [MAX_CONDITIONS]
+    budget = _Budget()
     canonical: dict[str, list[Any]] = {}
     keys = []
     for name, conditions in value.items():
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_STRING:
             raise FilterError("filter", f"attribute names must be 1 to {MAX_STRING} characters")
         _check_text("filter", name, "an attribute name")
+        budget.spend(len(name) + 5)  # "name":[]
         part = f"filter.{name}"
-        key = _Key(name)
+        key = Key(name)
         canonical[name] = _check_conditions(part, conditions, key, budget)
         keys.append(key)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     if len(text.encode("utf-8")) > MAX_FILTER_BYTES:
-        raise FilterError("filter", f"must be at most {MAX_FILTER_BYTES} bytes as compact JSON")
+        raise FilterError("filter", _SIZE)
     return text, tuple(keys)
 
 
-def _spend(budget: list[int], n: int) -> None:
-    budget[0] -= n
-    if budget[0] < 0:
-        raise FilterError("filter", f"may have at most {MAX_CONDITIONS} conditions in all")
+def _keyword(value: object) -> bool:
+    return value is None or isinstance(value, bool)
 
 
-def _check_conditions(part: str, conditions: object, key: _Key, budget: list[int]) -> list[Any]:
+def _check_conditions(part: str, conditions: object, key: Key, budget: _Budget) -> list[Any]:
     if not isinstance(conditions, list) or not conditions:
         raise FilterError(part, "must be a non-empty list of conditions")
-    _spend(budget, len(conditions))
+    budget.combine(len(conditions))
     prefixes, suffixes, out = [], [], []
     for i, condition in enumerate(conditions):
         at = f"{part}[{i}]"
         if isinstance(condition, str):
+            budget.spend(len(condition) + 2)
             key.texts.add(_check_text(at, condition))
+            out.append(condition)
+            continue
+        if _keyword(condition):
+            budget.spend(4)
+            if condition is not None:
+                key.texts.add(KEYWORD_TEXT[condition])
             out.append(condition)
             continue
         number = _number(at, condition)
         if number is not None:
+            budget.spend(1)
             key.numbers.add(number[1])
             out.append(number[0])
             continue
@@ -296,11 +275,14 @@ def _check_conditions(part: str, conditions: object, key: _Key, budget: list[int
         ((operator, operand),) = condition.items()
         if operator not in _OPERANDS:
             raise FilterError(at, _CONDITION)
+        budget.spend(len(operator) + 5)  # {"operator":}
         at = f"{at}.{operator}"
         if operator == "prefix":
             prefixes.append(_check_text(at, operand, nonempty=True))
+            budget.spend(len(operand) + 2)
         elif operator == "suffix":
             suffixes.append(_check_text(at, operand, nonempty=True))
+            budget.spend(len(operand) + 2)
         elif operator == "exists":
             if not isinstance(operand, bool):
                 raise FilterError(at, "must be true or false")
@@ -349,7 +331,7 @@ def _number(part: str, value: object) -> tuple[int | float, Decimal] | None:
     raise FilterError(part, f"must be a finite number from -{MAX_NUMBER} to {MAX_NUMBER}")
 
 
-def _check_numeric(part: str, operand: object, key: _Key) -> list[Any]:
+def _check_numeric(part: str, operand: object, key: Key) -> list[Any]:
     if not isinstance(operand, list) or len(operand) not in (2, 4):
         raise FilterError(part, 'must be ["=", n], one bound [">", n] or two [">=", a, "<", b]')
     out: list[Any] = []
@@ -368,9 +350,9 @@ def _check_numeric(part: str, operand: object, key: _Key) -> list[Any]:
         if operator == "=":
             key.numbers.add(n)
         elif operator in _LOWER:
-            key.ranges.append(_Range(n, _LOWER[operator], None, False))
+            key.ranges.append(Range(n, _LOWER[operator], None, False))
         else:
-            key.ranges.append(_Range(None, False, n, _UPPER[operator]))
+            key.ranges.append(Range(None, False, n, _UPPER[operator]))
         return out
     (low_op, low), (high_op, high) = bounds
     if "=" in (low_op, high_op):
@@ -382,17 +364,18 @@ def _check_numeric(part: str, operand: object, key: _Key) -> list[Any]:
     low_in, high_in = _LOWER[low_op], _UPPER[high_op]
     if low > high or (low == high and not (low_in and high_in)):
         raise FilterError(part, "the lower bound must be below the upper bound")
-    key.ranges.append(_Range(low, low_in, high, high_in))
+    key.ranges.append(Range(low, low_in, high, high_in))
     return out
 
 
-def _check_anything_but(part: str, operand: object, key: _Key, budget: list[int]) -> Any:
-    but = _AnythingBut()
+def _check_anything_but(part: str, operand: object, key: Key, budget: _Budget) -> Any:
+    but = AnythingBut()
     if isinstance(operand, dict):
         if len(operand) != 1 or next(iter(operand)) not in ("prefix", "suffix"):
             raise FilterError(part, 'an object here must be {"prefix": text} or {"suffix": text}')
         ((operator, text),) = operand.items()
         text = _check_text(f"{part}.{operator}", text, nonempty=True)
+        budget.spend(len(operator) + len(text) + 7)
         if operator == "prefix":
             but.prefix = text
         else:
@@ -402,17 +385,23 @@ def _check_anything_but(part: str, operand: object, key: _Key, budget: list[int]
     values = operand if isinstance(operand, list) else [operand]
     if not values:
         raise FilterError(part, "must list at least one value")
-    _spend(budget, len(values) - 1)  # the condition itself was counted
     out: list[Any] = []
     for i, value in enumerate(values):
         at = f"{part}[{i}]" if isinstance(operand, list) else part
         if isinstance(value, str):
+            budget.spend(len(value) + 2)
             but.texts.add(_check_text(at, value))
+            out.append(value)
+            continue
+        budget.spend(1)
+        if _keyword(value):
+            if value is not None:
+                but.texts.add(KEYWORD_TEXT[value])
             out.append(value)
             continue
         number = _number(at, value)
         if number is None:
-            raise FilterError(at, "must be a string, a number, a list of those, or a prefix/suffix")
+            raise FilterError(at, _BUT_VALUE)
         but.numbers.add(number[1])
         out.append(number[0])
     key.but.append(but)

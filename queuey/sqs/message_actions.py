@@ -19,7 +19,7 @@ from queuey.sqs import handles, inputs
 from queuey.sqs import messages as msgs
 from queuey.sqs.caller import SUBSCRIPTION, Actions, Caller
 from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
-from queuey.sqs.sending import check_fifo_entry, new_message
+from queuey.sqs.sending import check_batch_length, check_fifo_entry, new_message
 
 
 class MessageActions(Actions):
@@ -52,30 +52,22 @@ class MessageActions(Actions):
         if meta.fifo:
             for entry in entries:
                 check_fifo_entry(meta, entry, batch=True)
+        # As SQS: the whole batch's length before any entry's own checks.
+        check_batch_length(entries, self.limits.max_message_size)
         good: list[NewMessage] = []
         replies: list[dict] = []
         failed: list[dict] = []
-        total = 0
         now = self.clock.now_micros()
         sender = self._sender(caller, meta)
         for entry in entries:
             try:
-                message, reply, size = new_message(meta, entry, self.limits, now, sender)
+                message, reply, _ = new_message(meta, entry, self.limits, now, sender)
             except SQSError as exc:
                 failed.append(batch_failure(entry["Id"], exc))
                 continue
-            total += size
             reply["Id"] = entry["Id"]
             good.append(message)
             replies.append(reply)
-        # As SQS: the batch's limit is the service's largest message, whatever
-        # the queue's MaximumMessageSize (each message was held to that).
-        limit = self.limits.max_message_size
-        if total > limit:
-            raise SQSError(
-                "BatchRequestTooLong",
-                f"Batch requests cannot be longer than {limit} bytes. You have sent {total} bytes.",
-            )
         if good:
             self._store(meta, good, replies)
         return {"Successful": replies, "Failed": failed}

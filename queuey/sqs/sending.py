@@ -1,13 +1,16 @@
 """SendMessage's entries as Queuey messages: an entry parsed, the SQS rules
 (FIFO group and deduplication ids, DelaySeconds' range) checked, the message
 built by the core's rules (:mod:`queuey.core.messages`: size, ttl, delay),
-worded as SQS words them, before anything is stored; and the digests a client
-verifies in the reply."""
+worded as SQS words them, before anything is stored; a batch's total length,
+checked before any of its entries; and the digests a client verifies in the
+reply."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queuey.core.messages import InvalidMessage, MessageRules
@@ -30,6 +33,54 @@ def check_fifo_entry(meta: QueueMeta, entry: Mapping, batch: bool) -> None:
         raise invalid(
             "The queue should either have ContentBasedDeduplication enabled or "
             "MessageDeduplicationId provided explicitly"
+        )
+
+
+def entry_length(entry: Mapping) -> int:
+    """What a SendMessageBatch entry counts toward the batch's total, read
+    before any entry is checked: as a message's size counts (the body, and
+    name + type + value of each message and system attribute, a Binary value
+    decoded), with the parts a later check will refuse counted as they came
+    (a BinaryValue that is not base64 by its text)."""
+    total = _length(entry.get("MessageBody"))
+    for key in ("MessageAttributes", "MessageSystemAttributes"):
+        given = entry.get(key)
+        if not isinstance(given, Mapping):
+            continue
+        for name, spec in given.items():
+            total += _length(name)
+            if not isinstance(spec, Mapping):
+                continue
+            total += _length(spec.get("DataType"))
+            binary = spec.get("BinaryValue")
+            if isinstance(binary, str):
+                try:
+                    total += len(base64.b64decode(binary, validate=True))
+                except (binascii.Error, ValueError):
+                    total += _length(binary)
+            elif isinstance(binary, bytes):
+                total += len(binary)
+            else:
+                total += _length(spec.get("StringValue"))
+    return total
+
+
+def _length(text: object) -> int:
+    """UTF-8 bytes of ``text`` (lone surrogates counted as their 3 bytes), 0 if not text."""
+    return len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else 0
+
+
+def check_batch_length(entries: Sequence[Mapping], limit: int) -> None:
+    """SQS's first check of a SendMessageBatch's entries as a whole: the sum of
+    their lengths (:func:`entry_length`) is at most ``limit`` (the service's
+    largest message, whatever the queue's MaximumMessageSize), or the whole
+    request is refused with ``BatchRequestTooLong``, before any entry's own
+    checks (an entry alone over the message size included)."""
+    total = sum(entry_length(entry) for entry in entries)
+    if total > limit:
+        raise SQSError(
+            "BatchRequestTooLong",
+            f"Batch requests cannot be longer than {limit} bytes. You have sent {total} bytes.",
         )
 
 

@@ -38,12 +38,16 @@ def filter_schema() -> dict[str, Any]:
             {"prefixItems": pair([">", ">="]) + pair(["<", "<="]), "minItems": 4, "maxItems": 4},
         ],
     }
-    values = {"type": "array", "items": {"oneOf": [text, number]}, "minItems": 1}
-    anything_but = {"oneOf": [text, number, values, one("prefix", word), one("suffix", word)]}
+    keyword = {"type": ["boolean", "null"]}
+    values = {"type": "array", "items": {"oneOf": [text, number, keyword]}, "minItems": 1}
+    anything_but = {
+        "oneOf": [text, number, keyword, values, one("prefix", word), one("suffix", word)]
+    }
     condition = {
         "oneOf": [
             text,
             number,
+            keyword,
             one("prefix", word),
             one("suffix", word),
             one("numeric", numeric),
@@ -60,17 +64,19 @@ def filter_schema() -> dict[str, Any]:
             "type": "array",
             "items": condition,
             "minItems": 1,
-            "maxItems": filters.MAX_CONDITIONS,
+            "maxItems": filters.MAX_COMBINATIONS,
         },
         "description": "a filter on message attributes (docs/api.rst, Filters)",
     }
 
 
 #: The filter rules its JSON Schema (:func:`filter_schema`) cannot state:
-#: sizes across its parts, decimal places, a range's bounds in order.
+#: sizes and combinations across its parts, decimal places, a range's bounds
+#: in order.
 FILTER_RULES_UNSTATED = (
     r"must be at most \d+ bytes as compact JSON",
-    r"may have at most \d+ conditions in all",
+    r"may have at most \d+ combinations of values "
+    r"\(the product of each attribute's number of conditions\)",
     r"may have at most \d+ decimal places",
     r"the lower bound must be below the upper bound",
     r"must be valid Unicode text",

@@ -11,7 +11,7 @@ import timeit
 import pytest
 
 from queuey.model.filters import (
-    MAX_CONDITIONS,
+    MAX_COMBINATIONS,
     MAX_FILTER_BYTES,
     MAX_KEYS,
     MAX_STRING,
@@ -41,7 +41,18 @@ CASES = [
     ({"n": [5]}, {"n": "05"}, True),
     ({"n": [5]}, {"n": "5.00001"}, False),
     ({"n": [5]}, {"n": "five"}, False),
-    ({"n": [5]}, {"n": "5e0"}, False),  # plain decimal notation only
+    ({"n": [5]}, {"n": "5e0"}, True),  # an exponent, as SNS reads 3.015e2
+    ({"n": [5]}, {"n": "0.5E+1"}, True),
+    ({"n": [5]}, {"n": "5e"}, False),
+    ({"n": [5]}, {"n": "e5"}, False),
+    ({"n": [5]}, {"n": "5e0.5"}, False),
+    ({"n": [{"numeric": [">", 10**9]}]}, {"n": "1e999999999999999999"}, True),
+    ({"n": [{"numeric": [">", 0]}]}, {"n": "1e9999999999999999999"}, True),  # beyond Decimal
+    ({"n": [{"numeric": ["<", -(10**9)]}]}, {"n": "-1e99999999999999999999999999999"}, True),
+    ({"n": [0]}, {"n": "1e-99999999999999999999999999999"}, False),
+    ({"n": [{"numeric": [">", 0, "<", 0.00001]}]}, {"n": "1e-99999999999999999999"}, True),
+    ({"n": [0]}, {"n": "0e99999999999999999999999999999"}, True),
+    ({"n": [{"numeric": ["<", 0.00001]}]}, {"n": "1e-999999999999999999"}, True),
     ({"n": [5]}, {"n": " 5"}, False),
     ({"n": [5]}, {"n": "٥"}, False),  # ASCII digits only
     ({"n": [0.25]}, {"n": ".25"}, True),
@@ -78,10 +89,26 @@ CASES = [
     # exists
     ({"r": [{"exists": True}]}, {"r": ""}, True),
     ({"r": [{"exists": True}]}, {}, False),
-    ({"r": [{"exists": False}]}, {}, True),
+    ({"r": [{"exists": False}]}, {"other": "x"}, True),
+    ({"r": [{"exists": False}]}, {}, False),  # no attributes at all: as SNS, no match
     ({"r": [{"exists": False}]}, {"r": "eu"}, False),
     ({"r": [{"exists": False}, "eu"]}, {"r": "eu"}, True),
     ({"r": [{"exists": False}, "eu"]}, {"r": "us"}, False),
+    # true, false and null: attribute values are text
+    ({"e": [False]}, {"e": "false"}, True),
+    ({"e": [False]}, {"e": "False"}, False),
+    ({"e": [False]}, {"e": "0"}, False),
+    ({"e": [True]}, {"e": "true"}, True),
+    ({"e": [True]}, {}, False),
+    ({"e": [None]}, {"e": ""}, False),
+    ({"e": [None]}, {"e": "null"}, False),
+    ({"e": [None]}, {"x": "y"}, False),
+    ({"e": [None, "a"]}, {"e": "a"}, True),
+    ({"e": [{"anything-but": False}]}, {"e": "false"}, False),
+    ({"e": [{"anything-but": False}]}, {"e": "true"}, True),
+    ({"e": [{"anything-but": None}]}, {"e": "anything"}, True),
+    ({"e": [{"anything-but": None}]}, {"x": "y"}, False),
+    ({"e": [{"anything-but": [True, "x", None]}]}, {"e": "true"}, False),
     # anything-but
     ({"c": [{"anything-but": "green"}]}, {"c": "red"}, True),
     ({"c": [{"anything-but": "green"}]}, {"c": "green"}, False),
@@ -123,14 +150,15 @@ BAD = [
     ({LONG: ["v"]}, "filter"),
     ({"\udc80": ["v"]}, "filter"),  # not UTF-8: no part may carry it
     ({5: ["v"]}, "filter"),
-    ({"c": ["v"] * (MAX_CONDITIONS + 1)}, "filter"),
-    ({"a": ["v"] * 100, "b": [{"anything-but": ["w"] * 51}]}, "filter"),
-    ({"c": [LONG[:200]] * 11}, "filter"),  # over MAX_FILTER_BYTES
+    ({"c": ["v"] * (MAX_COMBINATIONS + 1)}, "filter"),
+    ({"a": ["v"] * 16, "b": ["w"] * 10}, "filter"),  # 160 combinations
+    ({"a": ["v"] * 2, "b": ["w"] * 3, "c": ["x"] * 5, "d": ["y"] * 6}, "filter"),  # 180
+    ({"c": [LONG[:250]] * 66}, "filter"),  # over MAX_FILTER_BYTES
+    ({"c": [{"anything-but": ["v"] * 6000}]}, "filter"),  # over MAX_FILTER_BYTES
     ({"c": "red"}, "filter.c"),
     ({"c": []}, "filter.c"),
     ({"c": {"prefix": "a"}}, "filter.c"),
-    ({"c": ["red", True]}, "filter.c[1]"),
-    ({"c": [None]}, "filter.c[0]"),
+    ({"c": ["red", {"exists": None}]}, "filter.c[1].exists"),
     ({"c": [["red"]]}, "filter.c[0]"),
     ({"c": [LONG]}, "filter.c[0]"),
     ({"c": ["\ud800"]}, "filter.c[0]"),
@@ -160,10 +188,10 @@ BAD = [
     ({"c": [{"numeric": [">", 1, "<", 2e9]}]}, "filter.c[0].numeric[3]"),
     ({"c": [{"numeric": [">", True]}]}, "filter.c[0].numeric[1]"),
     ({"c": [{"anything-but": []}]}, "filter.c[0].anything-but"),
-    ({"c": [{"anything-but": None}]}, "filter.c[0].anything-but"),
+    ({"c": [{"anything-but": {}}]}, "filter.c[0].anything-but"),
     ({"c": [{"anything-but": {"exists": True}}]}, "filter.c[0].anything-but"),
     ({"c": [{"anything-but": {"prefix": ""}}]}, "filter.c[0].anything-but.prefix"),
-    ({"c": [{"anything-but": ["a", False]}]}, "filter.c[0].anything-but[1]"),
+    ({"c": [{"anything-but": ["a", {"prefix": "b"}]}]}, "filter.c[0].anything-but[1]"),
     ({"c": [{"anything-but": ["a", ["b"]]}]}, "filter.c[0].anything-but[1]"),
     ({"c": [{"anything-but": 1e10}]}, "filter.c[0].anything-but"),
 ]
@@ -182,7 +210,9 @@ def test_a_bad_filter_names_the_part(policy, part):
 def test_the_limits_themselves_are_allowed():
     names = {f"k{i}": ["v"] for i in range(MAX_KEYS)}
     assert parse_filter(names).matches({name: "v" for name in names})
-    parse_filter({"c": [str(i) for i in range(MAX_CONDITIONS)]})
+    parse_filter({"c": [str(i) for i in range(MAX_COMBINATIONS)]})
+    parse_filter({"a": [str(i) for i in range(15)], "b": [str(i) for i in range(10)]})
+    parse_filter({"c": [LONG[:250]] * 64})  # 16,207 bytes
     parse_filter({"c": ["x" * MAX_STRING], "y" * MAX_STRING: [1]})
     parse_filter({"c": [{"numeric": [">=", -(10**9), "<=", 1e9]}, 0.00001, 123456789.12345]})
 
@@ -241,3 +271,89 @@ def test_matching_cost_per_message():
         cost = seconds / rounds * 1e9
         print(f"filter of 5 names, {name} message: {cost:.0f} ns/message")
         assert cost < 100_000
+
+
+# -- as Amazon SNS: its example policies, its complexity rule, its size, exists:false ---------
+
+#: SNS's example message (docs "Amazon SNS example filter policies"), its
+#: String and Number attributes as Queuey keeps them (text).
+SNS_MESSAGE = {
+    "customer_interests": "rugby",
+    "store": "example_corp",
+    "event": "order_placed",
+    "price_usd": "210.75",
+}
+
+
+def test_the_sns_example_policies_are_accepted_and_decide_as_sns_does():
+    accepting = parse_filter(
+        {
+            "store": ["example_corp"],
+            "event": [{"anything-but": "order_cancelled"}],
+            "customer_interests": ["rugby", "football", "baseball"],
+            "price_usd": [{"numeric": [">=", 100]}],
+        }
+    )
+    assert accepting.matches(SNS_MESSAGE)
+    # "A policy that rejects messages": `encrypted` is not among the attributes.
+    rejecting = parse_filter(
+        {
+            "store": ["example_corp"],
+            "event": ["order_cancelled"],
+            "encrypted": [False],
+            "customer_interests": ["basketball", "baseball"],
+        }
+    )
+    assert rejecting.to_json()["encrypted"] == [False]
+    assert not rejecting.matches(SNS_MESSAGE)
+    cancelled = dict(SNS_MESSAGE, event="order_cancelled", customer_interests="baseball")
+    assert not rejecting.matches(cancelled)
+    assert rejecting.matches(dict(cancelled, encrypted="false"))
+    assert not rejecting.matches(dict(cancelled, encrypted="true"))
+
+
+def test_combinations_are_counted_as_sns_counts_them():
+    # SNS's own example: 3 x 1 x 2 = 6.
+    parse_filter(
+        {
+            "key_a": ["value_one", "value_two", "value_three"],
+            "key_b": ["value_one"],
+            "key_c": ["value_one", "value_two"],
+        }
+    )
+    # 102 conditions in all, but 100 x 2 = 200 combinations.
+    with pytest.raises(FilterError) as caught:
+        parse_filter({"a": [str(i) for i in range(100)], "b": ["x", "y"]})
+    assert "150 combinations" in str(caught.value)
+    # An anything-but list is one value of its array.
+    found = parse_filter({"a": [{"anything-but": [str(i) for i in range(1000)]}], "b": ["x"]})
+    assert found.matches({"a": "1000", "b": "x"}) and not found.matches({"a": "999", "b": "x"})
+
+
+def test_a_filter_may_be_larger_than_two_kibibytes():
+    values = [f"customer-{i:04d}-" + "x" * 80 for i in range(60)]
+    found = parse_filter({"customer": values})
+    assert len(found.text.encode()) > 4 * 1024
+    assert found.matches({"customer": values[59]})
+    assert load_filter(found.text) is load_filter(found.text)
+
+
+def test_exists_false_needs_an_attribute_present():
+    found = parse_filter({"store": [{"exists": False}]})
+    assert not found.matches({})
+    assert found.matches({"customer_interests": "rugby"})
+    assert not found.matches({"store": "fans"})
+
+
+def test_numbers_with_an_exponent_are_numbers():
+    # SNS: ["=", 301.5] matches the Number attribute 3.015e2.
+    assert parse_filter({"price_usd": [{"numeric": ["=", 301.5]}]}).matches(
+        {"price_usd": "3.015e2"}
+    )
+    assert parse_filter({"price_usd": [301.5]}).matches({"price_usd": "30150E-2"})
+    assert parse_filter({"p": [{"anything-but": [100]}]}).matches({"p": "1.001e2"})
+    assert not parse_filter({"p": [{"anything-but": [100]}]}).matches({"p": "1e2"})
+    # A policy's own numbers may be written with an exponent (JSON reads them).
+    assert parse_filter(json.loads('{"p": [{"numeric": [">", 1e2]}]}')).text == (
+        '{"p":[{"numeric":[">",100]}]}'
+    )

@@ -6,6 +6,7 @@ reading of the language, written here independently, on any attributes."""
 from __future__ import annotations
 
 import json
+import math
 import operator
 import time
 from datetime import timedelta
@@ -15,7 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queuey.model.filters import MAX_NUMBER_TEXT, FilterError, load_filter, parse_filter
+from queuey.model.filters import (
+    MAX_COMBINATIONS,
+    MAX_FILTER_BYTES,
+    MAX_NUMBER_TEXT,
+    FilterError,
+    load_filter,
+    parse_filter,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -34,17 +42,28 @@ COMPARE = {
 
 
 def _as_number(text: str) -> Fraction | None:
-    """Plain decimal notation, ASCII digits, bounded length."""
+    """Decimal notation with an optional exponent, ASCII digits, bounded length.
+    An exponent beyond +-60 is taken as +-60: against a filter's numbers (at
+    most 1e9, 5 decimal places) such a value compares the same."""
     if len(text) > MAX_NUMBER_TEXT:
         return None
     body = text[1:] if text[:1] in ("+", "-") else text
-    whole, _, fraction = body.partition(".")
     digits = "0123456789"
+    mantissa, marker, exponent = body.lower().partition("e")
+    if marker:
+        unsigned = exponent[1:] if exponent[:1] in ("+", "-") else exponent
+        if not unsigned or any(ch not in digits for ch in unsigned):
+            return None
+        power = max(-60, min(60, int(exponent)))
+    else:
+        power = 0
+    whole, _, fraction = mantissa.partition(".")
     if not (whole or fraction) or any(ch not in digits for ch in whole + fraction):
         return None
-    if body.count(".") > 1:
+    if mantissa.count(".") > 1:
         return None
     value = Fraction(int(whole or "0")) + Fraction(int(fraction or "0"), 10 ** len(fraction))
+    value *= Fraction(10) ** power
     return -value if text.startswith("-") else value
 
 
@@ -52,7 +71,11 @@ def _exact(number: int | float) -> Fraction:
     return Fraction(repr(number))  # the decimal a user wrote, not the binary float
 
 
-def _same(value: str, wanted: str | int | float) -> bool:
+def _same(value: str, wanted: str | int | float | bool | None) -> bool:
+    if wanted is None:
+        return False  # no attribute value is null
+    if isinstance(wanted, bool):
+        return value == ("true" if wanted else "false")
     if isinstance(wanted, str):
         return value == wanted
     n = _as_number(value)
@@ -84,13 +107,18 @@ def _meets(condition, value: str | None) -> bool:
 
 
 def oracle(policy: dict, attributes: dict[str, str]) -> bool:
+    if not attributes:
+        return False  # as SNS: even exists:false needs an attribute present
     return all(any(_meets(c, attributes.get(name)) for c in cs) for name, cs in policy.items())
 
 
 # -- strategies -----------------------------------------------------------------------------
 
 NAMES = st.sampled_from(["colour", "size", "n", "région", "a.b"])
-WORDS = st.sampled_from(["", "red", "re", "blue", "bl", "5", "05", "-1.5", "ed", "é", "x.tmp"])
+WORDS = st.sampled_from(
+    ["", "red", "re", "blue", "bl", "5", "05", "-1.5", "ed", "é", "x.tmp", "true", "false"]
+)
+KEYWORDS = st.sampled_from([True, False, None])
 NUMBERS = st.one_of(
     st.integers(-12, 12),
     st.integers(-48, 48).map(lambda k: k / 4),
@@ -115,12 +143,15 @@ def numeric_ranges(draw) -> list:
 CONDITIONS = st.one_of(
     WORDS,
     NUMBERS,
+    KEYWORDS,
     st.builds(lambda w: {"prefix": w}, WORDS.filter(bool)),
     st.builds(lambda w: {"suffix": w}, WORDS.filter(bool)),
     st.builds(lambda r: {"numeric": r}, numeric_ranges()),
     st.builds(lambda b: {"exists": b}, st.booleans()),
-    st.builds(lambda v: {"anything-but": v}, st.one_of(WORDS, NUMBERS)),
-    st.builds(lambda v: {"anything-but": v}, st.lists(st.one_of(WORDS, NUMBERS), min_size=1)),
+    st.builds(lambda v: {"anything-but": v}, st.one_of(WORDS, NUMBERS, KEYWORDS)),
+    st.builds(
+        lambda v: {"anything-but": v}, st.lists(st.one_of(WORDS, NUMBERS, KEYWORDS), min_size=1)
+    ),
     st.builds(
         lambda k, w: {"anything-but": {k: w}}, st.sampled_from(["prefix", "suffix"]), WORDS
     ).filter(lambda c: all(c["anything-but"].values())),
@@ -131,6 +162,9 @@ NUMBER_TEXTS = st.one_of(
     st.decimals(-100, 100, places=6, allow_nan=False).map(str),
     NUMBERS.map(str),
     st.sampled_from(["+5", "5.", ".25", "-0", "1e3", "1_0", "٥", " 5", "NaN", "-", "."]),
+    st.sampled_from(["5e0", "2.5E+1", "25e-1", "-1e-9", "1e99", "-3e-99", "1e", "e1", "1e+"]),
+    st.sampled_from(["1e999999999999999999", "12e999999999999999999", "0e5", "Infinity"]),
+    st.sampled_from(["-1e-9999999999999999999", "0.000001e1", "1234567890.123456e-1"]),
 )
 VALUES = st.one_of(WORDS, NUMBER_TEXTS, st.text(max_size=8))
 ATTRIBUTES = st.dictionaries(st.one_of(NAMES, st.text(max_size=4)), VALUES, max_size=10)
@@ -177,8 +211,10 @@ def test_any_json_is_a_filter_or_a_filter_error(value):
 def test_a_stored_filter_behaves_as_the_one_sent_and_as_the_language_says(policy, messages):
     try:
         found = parse_filter(policy)
-    except FilterError as exc:  # only the 2 KiB bound can refuse these
-        assert exc.part == "filter" and len(json.dumps(policy, ensure_ascii=False)) > 2048
+    except FilterError as exc:  # only the combinations or the size can refuse these
+        combinations = math.prod(len(conditions) for conditions in policy.values())
+        size = len(json.dumps(policy, ensure_ascii=False).encode())
+        assert exc.part == "filter" and (combinations > MAX_COMBINATIONS or size > MAX_FILTER_BYTES)
         return
     stored = load_filter(found.text)
     assert parse_filter(json.loads(found.text)).text == found.text

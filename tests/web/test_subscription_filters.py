@@ -125,3 +125,51 @@ def test_bounds_and_other_mistakes(sqlite_app):
     _set_filter(app, "orders", "s3", {"filter": {"a": ["changed"]}})  # a change is not one more
     _set_filter(app, "missing", "reds", {"filter": {"a": ["b"]}}, status=404)
     app.put_json("/queue/orders/subscriptions/reds", {"filter": {"a": ["b"]}}, status=401)
+
+
+def test_sns_policies_with_keywords_and_exists_false_as_sns_decides(app, clock):
+    """SNS's example policy with ``false`` is accepted; ``exists: false`` takes
+    no message without attributes; a Number written with an exponent is a number."""
+    create(app, "shop")
+    rejecting = {
+        "store": ["example_corp"],
+        "event": ["order_cancelled"],
+        "encrypted": [False],
+        "customer_interests": ["basketball", "baseball"],
+    }
+    assert _set_filter(app, "shop", "plain", {"filter": rejecting}).json["filter"] == rejecting
+    _set_filter(app, "shop", "no-store", {"filter": {"store": [{"exists": False}]}})
+    _set_filter(app, "shop", "pricey", {"filter": {"price_usd": [{"numeric": [">", 300]}]}})
+    cancelled = {
+        "store": "example_corp",
+        "event": "order_cancelled",
+        "customer_interests": "baseball",
+    }
+    batch(
+        app,
+        "shop",
+        [
+            {"body": {"n": 0}},  # no attributes at all
+            {"body": {"n": 1}, "attributes": cancelled},  # no `encrypted`
+            {"body": {"n": 2}, "attributes": dict(cancelled, encrypted="false")},
+            {"body": {"n": 3}, "attributes": {"price_usd": "3.015e2"}},
+        ],
+    )
+    _settle(app, clock)
+    assert _drain(app, "shop", "plain") == [2]
+    assert _drain(app, "shop", "no-store") == [3]
+    assert _drain(app, "shop", "pricey") == [3]
+
+
+def test_a_filter_over_the_combinations_or_the_size_is_a_400(sqlite_app):
+    app = sqlite_app
+    create(app, "orders")
+    # 102 conditions, 200 combinations (SNS multiplies).
+    body = {"filter": {"a": [str(i) for i in range(100)], "b": ["x", "y"]}}
+    errors = _set_filter(app, "orders", "wide", body, status=400).json["error_msg"]
+    assert "combinations" in errors["filter"]
+    big = {"filter": {"c": ["x" * 250] * 66}}  # 16.7 KB of JSON
+    errors = _set_filter(app, "orders", "big", big, status=400).json["error_msg"]
+    assert errors == {"filter": "must be at most 16384 bytes as compact JSON"}
+    fits = {"filter": {"c": [f"{i:03d}" + "x" * 200 for i in range(60)]}}  # 12.4 KB
+    assert _set_filter(app, "orders", "fits", fits).json["filter"] == fits["filter"]
