@@ -6,17 +6,24 @@ Posts, acks and long polls are counted by the core
 the HTTP side (:mod:`queuey.web.metrics`) times and logs requests, adds the
 per-queue gauges and answers ``GET /metrics``. The requests the backend sent
 to its store (:meth:`queuey.storage.Storage.request_counts`) are exposed too.
+
+No prometheus_client counter here has a label an application chooses: the
+counts per queue (flow control's refusals, ``drop_head`` trims) are kept in
+:class:`~queuey.core.queuecounters.QueueCounters`, bounded per application
+and forgotten with their queue, and exposed by :class:`QueueCountsCollector`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from queuey.core.queuecounters import QueueCounters
 from queuey.model import QueueMeta
 
 #: The series of the backend's requests (``_total`` added on exposition); the
@@ -25,6 +32,17 @@ from queuey.model import QueueMeta
 STORAGE_REQUESTS = "queuey_cassandra_requests"
 #: Most queues whose last throttle this process remembers (the admin page's "throttled").
 MAX_THROTTLED_QUEUES = 10_000
+#: The per-queue counters (``_total`` added on exposition): name, help, labels.
+THROTTLED = (
+    "queuey_flow_throttled",
+    "Posts refused and reserves answered short by flow control, by setting",
+    ("application", "queue", "kind"),
+)
+DROPPED = (
+    "queuey_flow_dropped",
+    "Oldest messages deleted from drop_head queues over their max_length",
+    ("application", "queue"),
+)
 
 
 class StorageRequests(Collector):
@@ -54,13 +72,45 @@ class StorageRequests(Collector):
         yield family
 
 
-class Metrics:
-    """The service's instruments, in a registry of their own per app instance."""
+class QueueCountsCollector(Collector):
+    """The per-queue counters, read from the table every process of the
+    server writes (:class:`~queuey.core.queuecounters.QueueCounters`): any
+    process answers alike, and a deleted queue's series are gone from all."""
 
-    def __init__(self) -> None:
+    def __init__(self, counters: QueueCounters) -> None:
+        self.counters = counters
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        families = {
+            name: CounterMetricFamily(name, text, labels=list(labels))
+            for name, text, labels in (THROTTLED, DROPPED)
+        }
+        for count in self.counters.counts():
+            family = families.get(count.metric)
+            if family is None:
+                continue
+            labels = [count.application, count.queue]
+            if count.metric == THROTTLED[0]:
+                labels.append(count.kind)
+            family.add_metric(labels, count.value)
+        yield from families.values()
+
+
+class Metrics:
+    """The service's instruments, in a registry of their own per app instance.
+
+    ``counters_path``: the file of the per-queue counters that the server's
+    processes share (None: this process's memory)."""
+
+    def __init__(self, counters_path: Path | None = None) -> None:
         self.registry = CollectorRegistry()
         #: Collectors of ours, exposed beside the workers' summed metrics.
         self.custom_collectors: list[Collector] = []
+        #: Counts per queue (:mod:`queuey.core.queuecounters`).
+        self.queue_counts = QueueCounters(counters_path)
         #: Seconds for :meth:`throttled_within` (replaceable in tests).
         self.now: Callable[[], float] = time.monotonic
         self._last_throttled: dict[tuple[str, str], float] = {}
@@ -92,20 +142,6 @@ class Metrics:
             "Messages moved to a dead-letter queue",
             registry=self.registry,
         )
-        self.flow_throttled = Counter(
-            "queuey_flow_throttled",
-            "Posts refused and reserves answered short by flow control, by setting",
-            ["application", "queue", "kind"],
-            registry=self.registry,
-        )
-        # Counted by the process that trims (the refresher process under the
-        # production server): its file joins the workers' in /metrics.
-        self.flow_dropped = Counter(
-            "queuey_flow_dropped",
-            "Oldest messages deleted from drop_head queues over their max_length",
-            ["application", "queue"],
-            registry=self.registry,
-        )
         self.reserve_waiting = Gauge(
             "queuey_reserve_waiting",
             "Reserve calls long-polling now",
@@ -117,6 +153,7 @@ class Metrics:
             "Reserve calls answered at once: queuey.reserve.max_waiting were waiting",
             registry=self.registry,
         )
+        self.add_collector(QueueCountsCollector(self.queue_counts))
 
     def count_storage_requests(self, counts: Callable[[], Mapping[str, int]]) -> None:
         """Expose the backend's request counts (``Storage.request_counts``)
@@ -131,7 +168,7 @@ class Metrics:
     def throttled(self, queue: QueueMeta, kind: str) -> None:
         """Count a post refused or a reserve answered short by flow control
         (and, but for a pause, which is shown as such, remember when)."""
-        self.flow_throttled.labels(queue.application, queue.name, kind).inc()
+        self.queue_counts.add(THROTTLED[0], queue, kind, 1)
         if kind == "paused":
             return
         now = self.now()
@@ -145,13 +182,20 @@ class Metrics:
     def throttled_within(self, application: str, name: str, seconds: float) -> bool:
         """Whether this process throttled the queue (a rate, cap or length,
         not a pause) in the last ``seconds``; other processes' throttles are
-        in ``queuey_flow_throttled``, summed."""
+        in ``queuey_flow_throttled_total``, summed."""
         at = self._last_throttled.get((application, name))
         return at is not None and self.now() - at <= seconds
 
     def dropped(self, queue: QueueMeta, count: int) -> None:
-        """Count the messages a trim deleted from a ``drop_head`` queue."""
-        self.flow_dropped.labels(queue.application, queue.name).inc(count)
+        """Count the messages a trim deleted from a ``drop_head`` queue (in
+        the refresher process under the production server)."""
+        self.queue_counts.add(DROPPED[0], queue, "", count)
+
+    def forget(self, queue: QueueMeta) -> None:
+        """The queue is deleted: its series leave ``/metrics`` (every process's),
+        and a queue created again under its name starts from zero."""
+        self.queue_counts.forget(queue)
+        self._last_throttled.pop((queue.application, queue.name), None)
 
     def messages_read(self, count: int) -> None:
         self.read.inc(count)

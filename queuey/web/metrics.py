@@ -21,8 +21,9 @@ from pyramid.response import Response
 from pyramid.view import view_config
 
 from queuey.core.access import client_address
-from queuey.core.fairgroups import FairGroups
+from queuey.core.fairgroups import MAX_QUEUES, FairGroups
 from queuey.core.metrics import Metrics
+from queuey.core.queuecounters import OTHER
 from queuey.core.services import services_of
 from queuey.model.flow import queue_flow, subscription_flows
 from queuey.settings import address_in
@@ -141,21 +142,31 @@ class QueueCollector(Collector):
 class FlowCollector(Collector):
     """Flow control's gauges, computed at each scrape without a storage call.
 
-    ``queuey_flow_paused``: 1 for a paused queue's posting (``subscription=""``)
-    or a paused subscription, 0 for one that is not (every watched queue has a
-    posting series; a subscription has one once it has a flow setting), from
-    the metadata the overview last read of each watched queue. Every worker
-    reads the same store, so any one of them answers alike.
+    ``queuey_flow_paused``: a series, 1, for each paused queue's posting
+    (``subscription=""``) and each paused subscription, none for what is not
+    paused, from the metadata the overview last read of each watched queue.
+    Every worker reads the same store, so any one of them answers alike. At
+    most :data:`PAUSED_PER_QUEUE` subscriptions of a queue, and
+    :data:`PAUSED_PER_APPLICATION` series of an application (and
+    :data:`MAX_PAUSED` in all) are shown by name; the rest are counted in one
+    series ``subscription="~other"`` of the queue, or ``queue="~other"`` of the
+    application, whose value is how many were left out.
 
     ``queuey_fair_group_posts``: each fair queue's busiest groups by posts in
     the last :data:`queuey.core.fairness.WINDOW` seconds, summed over the
     server's processes (:class:`queuey.core.fairgroups.FairGroups`), at most
-    :data:`FAIR_GROUPS` groups of :data:`FAIR_QUEUES` queues.
+    :data:`FAIR_GROUPS` groups of :data:`FAIR_QUEUES` queues, of which at most
+    :data:`FAIR_QUEUES_PER_APPLICATION` of one application.
     """
 
-    #: Groups shown per fair queue, and fair queues shown at most.
+    #: Groups shown per fair queue, fair queues shown at most, and per application.
     FAIR_GROUPS = 10
     FAIR_QUEUES = 100
+    FAIR_QUEUES_PER_APPLICATION = 20
+    #: Paused subscriptions shown per queue, paused series per application and in all.
+    PAUSED_PER_QUEUE = 10
+    PAUSED_PER_APPLICATION = 100
+    MAX_PAUSED = 1000
 
     def __init__(self, overview, fair: FairGroups) -> None:
         self.overview = overview
@@ -167,25 +178,51 @@ class FlowCollector(Collector):
     def collect(self):
         paused = GaugeMetricFamily(
             "queuey_flow_paused",
-            '1 while a queue\'s posting (subscription "") or a subscription is paused',
+            '1 while a queue\'s posting (subscription "") or a subscription is paused; '
+            f"{OTHER!r}: how many paused were left out",
             labels=["application", "queue", "subscription"],
         )
-        for meta in self.overview.watched():
-            paused.add_metric([meta.application, meta.name, ""], int(queue_flow(meta).paused))
-            for name, flow in subscription_flows(meta).items():
-                paused.add_metric([meta.application, meta.name, name], int(flow.paused))
+        for labels, value in self.paused_series():
+            paused.add_metric(list(labels), value)
         yield paused
         posts = GaugeMetricFamily(
             "queuey_fair_group_posts",
             "Recent posts of a fair queue's busiest groups (the last 10 s, all processes)",
             labels=["application", "queue", "group"],
         )
-        for (application, queue), groups in self.fair.top(
-            self.FAIR_GROUPS, self.FAIR_QUEUES
-        ).items():
+        per_application: dict[str, int] = {}
+        shown = 0
+        for (application, queue), groups in self.fair.top(self.FAIR_GROUPS, MAX_QUEUES).items():
+            if shown >= self.FAIR_QUEUES:
+                break
+            if per_application.get(application, 0) >= self.FAIR_QUEUES_PER_APPLICATION:
+                continue
+            per_application[application] = per_application.get(application, 0) + 1
+            shown += 1
             for group, count in groups:
                 posts.add_metric([application, queue, group], count)
         yield posts
+
+    def paused_series(self) -> list[tuple[tuple[str, str, str], int]]:
+        """``queuey_flow_paused``'s series within the caps: by application,
+        queue and subscription name."""
+        by_application: dict[str, list[tuple[str, str, int]]] = {}
+        for meta in sorted(self.overview.watched(), key=lambda m: (m.application, m.name)):
+            mine = by_application.setdefault(meta.application, [])
+            if queue_flow(meta).paused:
+                mine.append((meta.name, "", 1))
+            names = sorted(n for n, f in subscription_flows(meta).items() if f.paused)
+            mine.extend((meta.name, name, 1) for name in names[: self.PAUSED_PER_QUEUE])
+            if len(names) > self.PAUSED_PER_QUEUE:
+                mine.append((meta.name, OTHER, len(names) - self.PAUSED_PER_QUEUE))
+        series: list[tuple[tuple[str, str, str], int]] = []
+        for application, mine in sorted(by_application.items()):
+            room = min(self.PAUSED_PER_APPLICATION, max(0, self.MAX_PAUSED - len(series)))
+            series.extend(((application, q, s), n) for q, s, n in mine[:room])
+            left_out = sum(n for _, _, n in mine[room:])
+            if left_out:
+                series.append(((application, OTHER, OTHER), left_out))
+        return series
 
 
 class RequestRecorder:
