@@ -20,6 +20,7 @@ Applications live in an INI file named by ``queuey.applications``::
     max_burst = 400
     max_waiting_polls = 8
     max_queues = 100
+    max_subscriptions = 20
     # what it may post and store (queuey.core.flow): messages posted per
     # second, messages and body bytes stored over all its queues
     max_posts_per_second = 500
@@ -76,6 +77,7 @@ class Application:
     max_burst: int | None = None
     max_waiting_polls: int | None = None
     max_queues: int | None = None
+    max_subscriptions: int | None = None
     max_posts_per_second: float | None = None
     max_messages: int | None = None
     max_bytes: int | None = None

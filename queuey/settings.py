@@ -43,10 +43,11 @@ DEFAULTS: dict[str, str] = {
     "queuey.dedup_window": "300",
     "queuey.reserve.max_waiting": "64",
     "queuey.reserve.poll_interval": "0.5",
-    "queuey.limits.max_requests_per_second": "1000",
-    "queuey.limits.max_burst": "2000",
+    "queuey.limits.max_requests_per_second": "0",
+    "queuey.limits.max_burst": "0",
     "queuey.limits.max_waiting_polls": "",  # half of queuey.reserve.max_waiting
     "queuey.limits.max_queues": "1000",
+    "queuey.limits.max_subscriptions": "100",
     "queuey.limits.throttle_hold": "1",
     "queuey.limits.max_posts_per_second": "0",
     "queuey.limits.max_messages": "0",
@@ -63,6 +64,7 @@ DEFAULTS: dict[str, str] = {
     "queuey.schedules.interval": "1",
     "queuey.schedules.limit": "100",
     "queuey.flow.fair_threshold": "100",
+    "queuey.flow.keys_per_application": "4096",
     "queuey.admin.enabled": "true",
     "queuey.admin.secret": "",
     "queuey.admin.secure_cookie": "false",
@@ -136,13 +138,15 @@ class Settings:
     reserve_poll_interval: float
     #: Each application's share unless the applications file says otherwise
     #: (:mod:`queuey.core.quotas`; 0 turns a limit off): authenticated requests
-    #: per second and the burst above that rate, long polls waiting at once
-    #: per process (unset: half of ``queuey.reserve.max_waiting``, so one
-    #: application never holds every slot), queues.
+    #: per second and the burst above that rate (0: one second of the rate),
+    #: long polls waiting at once per process (unset: half of
+    #: ``queuey.reserve.max_waiting``, so one application never holds every
+    #: slot), queues, subscriptions per queue.
     limits_max_requests_per_second: float
     limits_max_burst: int
     limits_max_waiting_polls: int
     limits_max_queues: int
+    limits_max_subscriptions: int
     #: Longest time, seconds, a throttled request is held before its 429 (on
     #: one of its application's waiting slots, so a client looping on refusals
     #: mostly waits instead of burning the server's CPU); 0: answered at once.
@@ -180,6 +184,9 @@ class Settings:
     #: Posts a group makes in a fair queue's window before it may count as
     #: busy (:mod:`queuey.core.fairness`).
     flow_fair_threshold: int = 100
+    #: Most keys (rate buckets, counted queues) one application holds at once
+    #: in the flow-control tables (:mod:`queuey.core.slots`).
+    flow_keys_per_application: int = 4096
     #: Each application's post rate and what it may store unless the
     #: applications file says otherwise (:mod:`queuey.core.flow`; 0: no
     #: limit): messages posted per second, messages and body bytes stored.
@@ -219,9 +226,10 @@ def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=No
 #: (:mod:`queuey.applications`) alike.
 LIMIT_RANGES: dict[str, tuple[Callable[[str], float], float, float]] = {
     "max_requests_per_second": (float, 0, 1_000_000),
-    "max_burst": (int, 1, 1_000_000),
+    "max_burst": (int, 0, 1_000_000),
     "max_waiting_polls": (int, 0, 10_000),
     "max_queues": (int, 0, 10_000_000),
+    "max_subscriptions": (int, 0, 100_000),
     "max_posts_per_second": (float, 0, 1_000_000),
     "max_messages": (int, 0, 1_000_000_000_000),
     "max_bytes": (int, 0, 2**50),
@@ -260,8 +268,15 @@ def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
 
 
 def load_settings(
-    settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    settings: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    *,
+    require_applications: bool = True,
 ) -> Settings:
+    """The settings, each checked (:class:`ConfigurationError` names a bad
+    key). ``require_applications``: refuse settings without an applications
+    file (a server's; a process that only posts, such as a Spark executor,
+    may have none)."""
     raw = merged(settings, environ)
     max_ttl = _get(raw, "queuey.max_ttl", int, lambda v: v >= 1)
     max_partitions = _get(raw, "queuey.max_partitions", int, lambda v: v >= 1)
@@ -291,6 +306,7 @@ def load_settings(
         limits_max_burst=_limit(raw, "max_burst"),
         limits_max_waiting_polls=_max_waiting_polls(raw),
         limits_max_queues=_limit(raw, "max_queues"),
+        limits_max_subscriptions=_limit(raw, "max_subscriptions"),
         limits_throttle_hold=_get(
             raw, "queuey.limits.throttle_hold", float, lambda v: 0 <= v <= 20
         ),
@@ -315,11 +331,14 @@ def load_settings(
         flow_fair_threshold=_get(
             raw, "queuey.flow.fair_threshold", int, lambda v: 1 <= v <= 1_000_000
         ),
+        flow_keys_per_application=_get(
+            raw, "queuey.flow.keys_per_application", int, lambda v: 16 <= v <= 10_000_000
+        ),
         limits_max_posts_per_second=_limit(raw, "max_posts_per_second"),
         limits_max_messages=_limit(raw, "max_messages"),
         limits_max_bytes=_limit(raw, "max_bytes"),
     )
-    if not parsed.applications_file:
+    if require_applications and not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")
     return parsed
 

@@ -18,6 +18,7 @@ from pyramid.exceptions import BadCSRFToken
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound, HTTPSeeOther
 from pyramid.renderers import render_to_response
 
+from queuey.core.flow import FlowRefused
 from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.errors import QueueNotFound, StorageUnavailable
 from queuey.web.params import InvalidParameters, PayloadTooLarge
@@ -107,6 +108,11 @@ def admin_error(exc, request):
         )
     if isinstance(exc, TooManyQueues):
         return error_page(request, 403, "Queue limit reached", str(exc))
+    if isinstance(exc, FlowRefused):
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return error_page(
+            request, exc.status, "Refused by flow control", f"{exc}.", headers=headers
+        )
     if isinstance(exc, QueueNotFound):
         return error_page(request, 404, "No such queue", f"There is no queue named {exc}.")
     if isinstance(exc, InvalidParameters):

@@ -20,6 +20,7 @@ from pyramid.view import view_config
 from queuey import ids, jsonio
 from queuey.admin.queues import queue_page
 from queuey.core.access import Permission
+from queuey.core.flow import FlowRefused
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.model import ReadQuery
 from queuey.placement import random_partition
@@ -101,6 +102,11 @@ def post_message(request):
         errors = exc.errors
     except (PayloadTooLarge, InvalidMessage, jsonio.InvalidJSON, jsonio.NotJSON) as exc:
         errors = {getattr(exc, "field", "body"): str(exc)}
+    except FlowRefused as exc:  # paused, full, over a rate or a quota: the form stays
+        request.response.status = exc.status
+        if exc.retry_after:
+            request.response.headers["Retry-After"] = str(exc.retry_after)
+        return queue_page(request, meta, post=form, post_errors={exc.field: str(exc)})
     else:
         request.services.overview.refresh(meta)
         request.session.flash(f"Posted message {stored.id.hex} to partition {stored.partition}.")

@@ -26,7 +26,7 @@ class QueueFigures:
     ``oldest_age``: seconds since the oldest live message was posted (or
     ``None`` when the queue is empty), as of ``measured``. ``bytes``: the
     bodies' size, counted by the store or estimated (:func:`measure`); None
-    when not wanted. ``mark``: the queue's post counter read before the scan
+    when not wanted. ``mark``: the queue's post count and bytes read before the scan
     (:mod:`queuey.core.lengths`).
     """
 
@@ -40,7 +40,7 @@ class QueueFigures:
     subscriptions: tuple[SubscriptionStats, ...]
     measured: int
     bytes: int | None = None
-    mark: int = 0
+    mark: tuple[int, int] = (0, 0)
 
     @property
     def application(self) -> str:
@@ -52,7 +52,12 @@ class QueueFigures:
 
 
 def measure(
-    storage: Storage, meta: QueueMeta, now_micros: int, *, sized: bool = False, mark: int = 0
+    storage: Storage,
+    meta: QueueMeta,
+    now_micros: int,
+    *,
+    sized: bool = False,
+    mark: tuple[int, int] = (0, 0),
 ) -> QueueFigures:
     """Count a queue now (a storage scan: see :meth:`Storage.stats`).
 

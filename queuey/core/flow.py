@@ -10,19 +10,33 @@ line, Spark and the schedules all meet the same rules.
 **A post** is refused, in this order, when
 
 1. the queue is paused (:class:`QueuePaused`, 503 with ``Retry-After``);
-2. the queue is at its ``max_length`` with ``overflow = reject``
+2. it is a batch larger than the queue's ``post_burst`` or the application's
+   burst (one second of ``max_posts_per_second``): it could never pass
+   (:class:`BatchOverBurst`, 413, naming the setting);
+3. it names a priority on a fair queue (:class:`PriorityOnFairQueue`, 400);
+4. the queue is at its ``max_length`` with ``overflow = reject``
    (:class:`QueueFull`, 507); with ``drop_head`` it is taken and the oldest
    messages are deleted by the background refresher (:func:`trim`);
-3. the application stores its ``max_messages`` or ``max_bytes``
+5. the application stores its ``max_messages`` or ``max_bytes``
    (:class:`QuotaExceeded`, 507, naming the quota);
-4. the queue's ``post_rate`` or the application's ``max_posts_per_second``
+6. the queue's ``post_rate`` or the application's ``max_posts_per_second``
    has no tokens for the batch (:class:`RateLimited`, 429 with
    ``Retry-After``, naming the limit). A batch takes one token per message,
-   all or none; one larger than the burst needs a full bucket.
+   all or none.
 
-Posts the service makes itself (dead letters, redrives) pass: a message on
-its way to a dead-letter queue must not be lost to a limit. On a fair queue
-the post's messages are given their lane (:mod:`queuey.core.fairness`).
+Checks 4 and 5 count the post in the same step (:meth:`Lengths.admit
+<queuey.core.lengths.Lengths.admit>`), so concurrent posts cannot each take the
+last free place. Posts the service makes itself for an application (dead
+letters, redrives, SQS moves) pass 1 to 4 and 6 (a message on its way to a
+dead-letter queue is not held by a pause or a rate) but count toward, and are
+held by, the application's stored quotas (5): a dead-letter post refused stays
+a claim that is tried again when it lapses, so nothing is lost.
+
+**Bounds.** Over any window of ``T`` seconds a rate limit accepts at most
+``rate * T + burst`` messages through one server (every process of one host
+on SQLite). On a fair queue the post's messages are given their lane
+(:mod:`queuey.core.fairness`). Posts to a queue with no limit configured take
+no lock and touch no table.
 
 **A reserve** gets a :class:`Grant`: how many messages it may lease now. A
 paused subscription gets none (a long poll waits, asking again every poll
@@ -31,11 +45,11 @@ count and the reserve are one step per process, and SQLite checks the cap
 again inside its write, so there it is exact); a rate-limited one gets the
 tokens its bucket has. Tokens a reserve took and did not use go back.
 
-**Across processes and nodes.** Token buckets are shared by the processes of
-one server (:class:`queuey.core.quotas.SharedBuckets`), or by every process
-of one host when the store says where (SQLite's file beside its database).
-Otherwise (Cassandra, several servers) each server enforces its part of the
-rate, split by the live processes the store counts
+**Across processes and nodes.** Token buckets and counts are shared by the
+processes of one server (:class:`queuey.core.buckets.Buckets`), or by every
+process of one host when the store says where (SQLite's directory beside
+its database). Otherwise (Cassandra, several servers) each server enforces
+its part of the rate, split by the live processes the store counts
 (:meth:`queuey.storage.Storage.live_processes`). Settings reach every
 process through the queue metadata cache (``queuey.metadata_cache_seconds``).
 """
@@ -43,16 +57,42 @@ process through the queue metadata cache (``queuey.metadata_cache_seconds``).
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from queuey.clock import Clock
+from queuey.core.buckets import Buckets, rate_wait
 from queuey.core.fairness import GroupTracker
-from queuey.core.quotas import Buckets, LocalBuckets
+from queuey.core.grants import Grant, Grants
+from queuey.core.lengths import Lengths, Refusal
+from queuey.core.refusals import (
+    BatchOverBurst,
+    FlowRefused,
+    PriorityOnFairQueue,
+    QueueFull,
+    QueuePaused,
+    QuotaExceeded,
+    RateLimited,
+    TooManySubscriptions,
+)
 from queuey.ids import MICROS
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
-from queuey.model.flow import message_group, queue_flow, subscription_flow
+from queuey.model.flow import QueueFlow, message_group, queue_flow
+
+__all__ = [
+    "BatchOverBurst",
+    "FlowRefused",
+    "PriorityOnFairQueue",
+    "QueueFull",
+    "QueuePaused",
+    "QuotaExceeded",
+    "RateLimited",
+    "TooManySubscriptions",
+    "FlowControl",
+    "AppLimits",
+    "Admission",
+    "Grant",
+]
 
 #: Seconds a producer is told to wait before posting to a paused queue again.
 PAUSED_RETRY = 5
@@ -62,54 +102,18 @@ MAX_RETRY_AFTER = 3600
 FULL_RETRY = 5
 
 
-class FlowRefused(Exception):
-    """A post refused by flow control: ``field`` names the setting or quota,
-    ``status`` is the HTTP status, ``retry_after`` the seconds to wait."""
-
-    status = 429
-
-    def __init__(self, field: str, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-        self.retry_after = retry_after
-
-
-class QueuePaused(FlowRefused):
-    status = 503
-
-
-class RateLimited(FlowRefused):
-    status = 429
-
-
-class QueueFull(FlowRefused):
-    status = 507
-
-
-class QuotaExceeded(FlowRefused):
-    status = 507
-
-
-class PriorityOnFairQueue(FlowRefused):
-    status = 400
-
-
 @dataclass
-class Grant:
-    """What one reserve may lease: ``count`` messages (fewer than asked
-    because of ``reason``: ``paused``, ``max_in_flight`` or ``rate``)."""
+class Admission:
+    """A post flow control let pass: its ``messages`` as they may be stored
+    (a fair queue's with their lanes). Call :meth:`undo` if they were not."""
 
-    count: int
-    reason: str | None = None
-    #: The subscription's ``max_in_flight`` (0: none), for the store to check too.
-    cap: int = 0
-    _finish: Callable[[int], None] | None = None
+    messages: list[NewMessage]
+    _undo: Callable[[], None] | None = field(default=None, repr=False)
 
-    def done(self, used: int) -> None:
-        """The reserve leased ``used`` messages: return the rest, free the turn."""
-        finish, self._finish = self._finish, None
-        if finish is not None:
-            finish(used)
+    def undo(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
 
 
 @dataclass(frozen=True)
@@ -120,20 +124,37 @@ class AppLimits:
     messages: int = 0
     bytes: int = 0
 
+    @property
+    def stored(self) -> bool:
+        return bool(self.messages or self.bytes)
 
-def _bucket_key(*parts: str) -> str:
-    return "\x1f".join(parts)
+    @property
+    def burst(self) -> int:
+        """The application's post bucket: one second of its rate."""
+        return max(1, math.ceil(self.posts_per_second))
+
+
+#: Bucket keys in an application's table.
+def _post_key(queue: QueueMeta) -> str:
+    return f"post\x1f{queue.name}"
+
+
+APP_POSTS = "app-posts"
+
+
+def body_bytes(messages: Sequence[NewMessage]) -> int:
+    """The posted bodies' size, as quotas count it (UTF-8 bytes)."""
+    return sum(len(m.body.encode("utf-8")) for m in messages)
 
 
 class FlowControl:
     """The flow rules of one process (see the module docstring).
 
-    ``share()``: the part of a rate this process's buckets enforce (1 when
-    the buckets are shared by every process using the store).
-    ``in_flight(queue, subscription, now_micros)``: the store's count.
-    ``length(queue)``: the queue's stored messages as last measured plus the
-    posts since, or None when unknown. ``usage(application)``: ``(messages,
-    bytes)`` stored, or None. ``app_limits(application)``: its
+    ``buckets``: the rate buckets; ``lengths``: the queue lengths and
+    application usage (:mod:`queuey.core.lengths`). ``share()``: the part of
+    a rate this process's buckets enforce (1 when the buckets are shared by
+    every process using the store). ``in_flight(queue, subscription,
+    now_micros)``: the store's count. ``app_limits(application)``: its
     :class:`AppLimits`. ``on_throttled(queue, kind)`` counts each refusal and
     each reserve answered short (``kind``: the setting's name).
     """
@@ -143,31 +164,31 @@ class FlowControl:
         clock: Clock,
         *,
         buckets: Buckets | None = None,
+        lengths: Lengths | None = None,
         share: Callable[[], float] = lambda: 1.0,
         in_flight: Callable[[QueueMeta, str, int], int] | None = None,
-        length: Callable[[QueueMeta], int | None] = lambda queue: None,
-        usage: Callable[[str], tuple[int, int] | None] = lambda application: None,
         app_limits: Callable[[str], AppLimits] = lambda application: AppLimits(),
         tracker: GroupTracker | None = None,
         on_throttled: Callable[[QueueMeta, str], None] = lambda queue, kind: None,
     ) -> None:
         self.clock = clock
-        self.buckets = buckets if buckets is not None else LocalBuckets()
+        self.buckets = buckets if buckets is not None else Buckets()
+        self.lengths = lengths if lengths is not None else Lengths()
         self.share = share
         self.in_flight = in_flight
-        self.length = length
-        self.usage = usage
         self.app_limits = app_limits
         self.tracker = tracker or GroupTracker(self._now)
         self.on_throttled = on_throttled
-        self._turns: dict[tuple[str, str, str], threading.Lock] = {}
-        self._turns_lock = threading.Lock()
+        self.grants = Grants(clock, self.buckets, self._scaled, in_flight, on_throttled)
 
     def _now(self) -> float:
         return self.clock.now_micros() / MICROS
 
+    def _part(self) -> float:
+        return min(1.0, max(self.share(), 1e-6))
+
     def _scaled(self, rate: float, burst: int) -> tuple[float, int]:
-        share = min(1.0, max(self.share(), 1e-6))
+        share = self._part()
         return rate * share, max(1, math.ceil(burst * share))
 
     def _refuse(self, queue: QueueMeta, error: FlowRefused) -> FlowRefused:
@@ -175,107 +196,173 @@ class FlowControl:
         return error
 
     # -- posts --------------------------------------------------------------------
-    def admit_post(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[NewMessage]:
-        """``messages`` as they may be stored (a fair queue's with their
-        lanes), or :class:`FlowRefused` (see the module docstring)."""
+    def counted(self, queue: QueueMeta, flow: QueueFlow, limits: AppLimits) -> bool:
+        """Whether posts to ``queue`` are counted (a length or a stored quota depends on them)."""
+        return bool(flow.max_length) or limits.stored
+
+    def admit_post(
+        self, queue: QueueMeta, messages: Sequence[NewMessage], *, internal: bool = False
+    ) -> Admission:
+        """Let a post pass, or :class:`FlowRefused` (see the module
+        docstring). ``internal``: a post the service makes itself for the
+        application (held by its stored quotas only)."""
         flow = queue_flow(queue)
+        limits = self.app_limits(queue.application)
         count = len(messages)
+        if not internal:
+            static = self._static_refusal(queue, flow, limits, messages)
+            if static is not None:
+                raise self._refuse(queue, static)
+        undo = None
+        if self.counted(queue, flow, limits):
+            size = body_bytes(messages)
+            refusal = self.lengths.admit(
+                queue,
+                count,
+                size,
+                max_length=0 if internal or flow.overflow != "reject" else flow.max_length,
+                max_messages=limits.messages,
+                max_bytes=limits.bytes,
+                share=self._part(),
+            )
+            if refusal is not None:
+                raise self._refuse(queue, self._full(queue, refusal))
+
+            def undo() -> None:
+                self.lengths.unpost(queue, count, size)
+
+        if not internal:
+            try:
+                self._take_rates(queue, flow, limits, count)
+            except FlowRefused:
+                if undo is not None:
+                    undo()
+                raise
+            if flow.fair and not queue.fifo:
+                return Admission(self._laned(queue, messages), undo)
+        return Admission(list(messages), undo)
+
+    def refusal(self, queue: QueueMeta, count: int, size: int) -> FlowRefused | None:
+        """The refusal a post of ``count`` messages of ``size`` body bytes
+        would get now (no priority named), taking and counting nothing."""
+        flow = queue_flow(queue)
+        limits = self.app_limits(queue.application)
+        static = self._static_refusal(queue, flow, limits, (), count)
+        if static is not None:
+            return static
+        if self.counted(queue, flow, limits):
+            refusal = self.lengths.check(
+                queue,
+                count,
+                size,
+                max_length=flow.max_length if flow.overflow == "reject" else 0,
+                max_messages=limits.messages,
+                max_bytes=limits.bytes,
+                share=self._part(),
+            )
+            if refusal is not None:
+                return self._full(queue, refusal)
+        for key, name, who, rate, burst in self._rates(queue, flow, limits):
+            rate_here, capacity = self._scaled(rate, burst)
+            wait = self.buckets.peek(queue.application, key, self._now, rate_here, capacity, count)
+            if wait > 0:
+                return self._limited(name, who, rate, wait)
+        return None
+
+    def _static_refusal(
+        self,
+        queue: QueueMeta,
+        flow: QueueFlow,
+        limits: AppLimits,
+        messages: Sequence[NewMessage],
+        count: int | None = None,
+    ) -> FlowRefused | None:
+        """What refuses a post whatever is stored or counted (1 to 3)."""
+        if flow.paused:
+            return QueuePaused(
+                "paused", f"queue {queue.name} is paused: it takes no posts", PAUSED_RETRY
+            )
+        count = len(messages) if count is None else count
+        for _, name, who, _, burst in self._rates(queue, flow, limits):
+            if count > burst:
+                return BatchOverBurst(
+                    name,
+                    f"a batch of {count} messages is larger than the burst of {burst} "
+                    f"{who} may post at once ({name}): send at most {burst} per request",
+                )
         if flow.fair and not queue.fifo and any(m.priority for m in messages):
-            raise PriorityOnFairQueue(
+            return PriorityOnFairQueue(
                 "priority",
                 f"queue {queue.name} is fair: its messages' order is set by their groups, "
                 "a post may not name a priority",
             )
-        if flow.paused:
-            raise self._refuse(
-                queue,
-                QueuePaused(
-                    "paused", f"queue {queue.name} is paused: it takes no posts", PAUSED_RETRY
-                ),
-            )
-        if flow.max_length and flow.overflow == "reject":
-            stored = self.length(queue)
-            if stored is not None and stored + count > flow.max_length:
-                raise self._refuse(
-                    queue,
-                    QueueFull(
-                        "max_length",
-                        f"queue {queue.name} is full: it keeps at most {flow.max_length} "
-                        "messages (overflow reject)",
-                        FULL_RETRY,
-                    ),
-                )
-        limits = self.app_limits(queue.application)
-        self._check_usage(queue, limits, messages)
-        taken_queue, queue_burst = 0, 0
+        return None
+
+    @staticmethod
+    def _rates(
+        queue: QueueMeta, flow: QueueFlow, limits: AppLimits
+    ) -> list[tuple[str, str, str, float, int]]:
+        """The post rates in force: bucket key, setting, whose, rate, burst."""
+        rates = []
         if flow.post_rate:
-            rate, queue_burst = self._scaled(flow.post_rate, flow.burst)
-            key = _bucket_key("post", queue.application, queue.name)
-            taken_queue, wait = self.buckets.take_many(
-                key, self._now, rate, queue_burst, count, True
+            burst_name = "post_burst" if flow.post_burst else "post_rate"
+            rates.append(
+                (_post_key(queue), burst_name, f"queue {queue.name}", flow.post_rate, flow.burst)
             )
-            if not taken_queue:
-                raise self._refuse(
-                    queue, self._limited("post_rate", queue.name, flow.post_rate, wait)
-                )
         if limits.posts_per_second:
-            rate, burst = self._scaled(limits.posts_per_second, math.ceil(limits.posts_per_second))
-            key = _bucket_key("app-posts", queue.application)
-            taken, wait = self.buckets.take_many(key, self._now, rate, burst, count, True)
-            if not taken:
-                if taken_queue:
-                    self.buckets.give_back(
-                        _bucket_key("post", queue.application, queue.name),
-                        taken_queue,
-                        queue_burst,
-                    )
-                raise self._refuse(
-                    queue,
-                    self._limited(
-                        "max_posts_per_second",
-                        f"application {queue.application}",
-                        limits.posts_per_second,
-                        wait,
-                    ),
+            rates.append(
+                (
+                    APP_POSTS,
+                    "max_posts_per_second",
+                    f"application {queue.application}",
+                    limits.posts_per_second,
+                    limits.burst,
                 )
-        if flow.fair and not queue.fifo:
-            return self._laned(queue, messages)
-        return list(messages)
+            )
+        return rates
+
+    def _take_rates(self, queue: QueueMeta, flow: QueueFlow, limits: AppLimits, count: int) -> None:
+        """One token per message from every post rate in force, all or none."""
+        taken: list[tuple[str, int]] = []
+        for key, name, who, rate, burst in self._rates(queue, flow, limits):
+            rate_here, capacity = self._scaled(rate, burst)
+            got, wait = self.buckets.take(
+                queue.application, key, self._now, rate_here, capacity, count, True
+            )
+            if not got:
+                for given_key, given_capacity in taken:
+                    self.buckets.give_back(queue.application, given_key, count, given_capacity)
+                field = "post_rate" if name == "post_burst" else name
+                raise self._refuse(queue, self._limited(field, who, rate, wait))
+            taken.append((key, capacity))
+
+    @staticmethod
+    def _full(queue: QueueMeta, refusal: Refusal) -> FlowRefused:
+        if refusal.field == "max_length":
+            return QueueFull(
+                "max_length",
+                f"queue {queue.name} is full: it keeps at most {refusal.limit} "
+                "messages (overflow reject)",
+                FULL_RETRY,
+            )
+        unit = "messages" if refusal.field == "max_messages" else "bytes"
+        return QuotaExceeded(
+            refusal.field,
+            f"application {queue.application} stores {refusal.stored} of its {refusal.limit} "
+            f"{unit} ({refusal.field}); messages count until they expire or are deleted: "
+            "delete or purge messages, or wait for their ttl",
+            FULL_RETRY,
+        )
 
     @staticmethod
     def _limited(field: str, who: str, rate: float, wait: float) -> RateLimited:
-        wait = min(wait, MAX_RETRY_AFTER)
+        retry = rate_wait(wait, MAX_RETRY_AFTER)
         return RateLimited(
             field,
             f"{who} is over its limit of {rate:g} posts per second ({field}); "
-            f"retry after {max(1, math.ceil(wait))} s",
-            max(1, math.ceil(wait)),
+            f"retry after {retry} s",
+            retry,
         )
-
-    def _check_usage(
-        self, queue: QueueMeta, limits: AppLimits, messages: Sequence[NewMessage]
-    ) -> None:
-        if not (limits.messages or limits.bytes):
-            return
-        usage = self.usage(queue.application)
-        if usage is None:
-            return
-        stored, size = usage
-        adding = sum(len(m.body.encode("utf-8")) for m in messages) if limits.bytes else 0
-        for field, limit, now, more, unit in (
-            ("max_messages", limits.messages, stored, len(messages), "messages"),
-            ("max_bytes", limits.bytes, size, adding, "bytes"),
-        ):
-            if limit and now + more > limit:
-                raise self._refuse(
-                    queue,
-                    QuotaExceeded(
-                        field,
-                        f"application {queue.application} stores {now} of its {limit} {unit} "
-                        f"({field}); delete or consume messages first",
-                        FULL_RETRY,
-                    ),
-                )
 
     def _laned(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[NewMessage]:
         groups = [message_group(m.attributes) for m in messages]
@@ -286,61 +373,7 @@ class FlowControl:
     def grant(self, queue: QueueMeta, subscription: str, limit: int) -> Grant:
         """How many messages a reserve of ``limit`` may lease now (call
         :meth:`Grant.done` with what it leased, also on failure)."""
-        flow = subscription_flow(queue, subscription)
-        if not flow.limited:
-            return Grant(limit)
-        if flow.paused:
-            return self._short(queue, Grant(0, "paused"))
-        turn = None
-        room = limit
-        if flow.max_in_flight and self.in_flight is not None:
-            turn = self._turn(queue, subscription)
-            turn.acquire()
-            try:
-                busy = self.in_flight(queue, subscription, self.clock.now_micros())
-            except BaseException:
-                turn.release()
-                raise
-            room = min(limit, flow.max_in_flight - busy)
-            if room <= 0:
-                turn.release()
-                return self._short(queue, Grant(0, "max_in_flight"))
-        taken, key, burst = room, "", 0
-        if flow.rate:
-            rate, burst = self._scaled(flow.rate, flow.burst)
-            key = _bucket_key("deliver", queue.application, queue.name, subscription)
-            taken, _ = self.buckets.take_many(key, self._now, rate, burst, room, False)
-            if not taken:
-                if turn is not None:
-                    turn.release()
-                return self._short(queue, Grant(0, "rate"))
-
-        def finish(used: int) -> None:
-            try:
-                if key and used < taken:
-                    self.buckets.give_back(key, taken - used, burst)
-            finally:
-                if turn is not None:
-                    turn.release()
-
-        reason = None
-        if taken < limit:
-            reason = "rate" if taken < room else "max_in_flight"
-        return Grant(taken, reason, flow.max_in_flight, finish)
-
-    def _short(self, queue: QueueMeta, grant: Grant) -> Grant:
-        self.on_throttled(queue, grant.reason or "")
-        return grant
-
-    def _turn(self, queue: QueueMeta, subscription: str) -> threading.Lock:
-        key = (queue.application, queue.name, subscription)
-        with self._turns_lock:
-            turn = self._turns.get(key)
-            if turn is None:
-                if len(self._turns) >= 10_000:
-                    self._turns = {k: v for k, v in self._turns.items() if v.locked()}
-                turn = self._turns[key] = threading.Lock()
-            return turn
+        return self.grants.grant(queue, subscription, limit)
 
 
 #: Messages deleted per storage call when trimming a ``drop_head`` queue.

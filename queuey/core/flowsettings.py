@@ -20,6 +20,7 @@ from typing import Any
 
 from queuey.core.messages import InvalidFields
 from queuey.core.queues import Queues
+from queuey.core.subscriptionlimit import SubscriptionLimit
 from queuey.model import QueueMeta
 from queuey.model.flow import (
     FlowSettingError,
@@ -36,10 +37,19 @@ class FlowSettings:
     """Reads and changes a queue's and its subscriptions' flow settings."""
 
     def __init__(
-        self, queues: Queues, on_resumed: Callable[[str, str], None] = lambda app, name: None
+        self,
+        queues: Queues,
+        on_resumed: Callable[[str, str], None] = lambda app, name: None,
+        subscription_limit: SubscriptionLimit | None = None,
+        on_limited: Callable[[QueueMeta], None] = lambda meta: None,
     ) -> None:
         self.queues = queues
         self.on_resumed = on_resumed
+        #: Bounds the subscriptions a setting may name into being.
+        self.subscription_limit = subscription_limit
+        #: Called with a queue given a ``max_length`` it did not have, so its
+        #: messages are counted at once (the overview measures it).
+        self.on_limited = on_limited
 
     @staticmethod
     def describe(meta: QueueMeta) -> dict[str, Any]:
@@ -51,10 +61,17 @@ class FlowSettings:
             },
         }
 
-    def _apply(self, meta: QueueMeta, changes: tuple[dict[str, str], list[str]]) -> QueueMeta:
+    def _apply(
+        self,
+        meta: QueueMeta,
+        changes: tuple[dict[str, str], list[str]],
+        subscription: str | None = None,
+    ) -> QueueMeta:
         set_, removed = changes
         if not set_ and not removed:
             return meta
+        if subscription is not None and set_ and self.subscription_limit is not None:
+            self.subscription_limit.check(meta, subscription)
         updated = self.queues.update(
             meta.application, meta.name, attributes_set=set_, attributes_removed=removed
         )
@@ -69,7 +86,10 @@ class FlowSettings:
             changes = queue_changes(meta, given)
         except FlowSettingError as exc:
             raise InvalidFields(exc.errors) from None
-        return self._apply(meta, changes)
+        updated = self._apply(meta, changes)
+        if queue_flow(updated).max_length and not queue_flow(meta).max_length:
+            self.on_limited(updated)
+        return updated
 
     def change_subscription(
         self, meta: QueueMeta, subscription: str, given: Mapping[str, Any]
@@ -79,7 +99,7 @@ class FlowSettings:
             changes = subscription_changes(subscription, given)
         except FlowSettingError as exc:
             raise InvalidFields(exc.errors) from None
-        return subscription_flow(self._apply(meta, changes), subscription)
+        return subscription_flow(self._apply(meta, changes, subscription), subscription)
 
     def pause(self, meta: QueueMeta, subscription: str | None = None) -> QueueMeta:
         """Pause the queue's posts, or ``subscription``'s deliveries."""
@@ -97,4 +117,4 @@ class FlowSettings:
             changes = subscription_changes(subscription, given)
         except FlowSettingError as exc:  # pragma: no cover - a bool always parses
             raise InvalidFields(exc.errors) from None
-        return self._apply(meta, changes)
+        return self._apply(meta, changes, subscription)

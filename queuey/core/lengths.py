@@ -4,227 +4,296 @@ Counting a queue is a storage scan (:meth:`queuey.storage.Storage.stats`), so
 no post pays for one: the operators' refresher (:mod:`queuey.core.overview`)
 measures the queues that have a ``max_length``, or whose application has a
 ``max_messages`` or ``max_bytes``, on every pass. Between two measurements the
-posts are *counted*: every post to such a queue adds to a counter of the
-queue and one of its application, and a measurement notes the queue's counter
-(its ``mark``) before it scans. So
+posts are *counted*, with their bytes: a post to such a queue is admitted and
+counted in one step (:meth:`Lengths.admit`, under the table's lock, so
+concurrent posts cannot each take the last free place), and a measurement
+notes the queue's count (its ``mark``) before it scans. So
 
-* a queue's length is its depth as measured plus its counter less its mark;
-* an application's usage is its counter, plus the depth less the mark of each
-  of its measured queues (a queue not measured yet counts by its posts).
+* a queue's length is its depth as measured plus its posts since the mark;
+* an application's usage is the sum of its queues' lengths (kept as a running
+  sum in its table, so a post's check costs the same however many queues it has);
+* a queue never measured counts its posts alone, and an application whose
+  usage is unknown counts as empty plus the post being checked: a post larger
+  than a quota is always refused.
 
-The counters are shared by every process of one server (the production
-server's workers and refresher: a memory-mapped file in its own directory,
-:class:`SharedCounters`), so the figures hold for the whole server, however
-its posts are spread over the workers. Other servers' posts (other API nodes
-on Cassandra) are not counted here: the posts since a measurement are scaled
-by this server's ``share`` of the live processes (as rate limits are split,
-:mod:`queuey.core.flow`), reckoning the other nodes take posts alike.
+Everything lives in one :class:`~queuey.core.slots.SlotTable` per application,
+shared by every process of the server (its workers and refresher) or, where
+the store says so (SQLite), by every process of the host; measurements are
+written there by the process that measures, so a purge, a measurement taken
+when a ``max_length`` is set, or a refresher pass is seen by every process at
+once.
 
 What the figure may get wrong, and which way (over: a refusal may come
 early; under: the queue may hold more than its limit):
 
 * A post counted while a measurement scans may be in the scan too: over.
-* Messages deleted or expired since the measurement still count until the
-  next one (a purge does empty a queue's length at once): over.
-* Posts of processes not counted nor covered by the share (another server on
-  the same SQLite file, the command line, Spark; Cassandra nodes without
-  partition owners, ``queuey.cassandra.work_queue = lwt``, whose share is
-  unknown) are seen at the next measurement: under, by at most what they
-  accepted in one refresher interval. So are those of a process the store
-  does not count live yet (Cassandra sees one within a quarter
-  ``owner_term`` of its first asking).
-* The check and the write are two steps: posts in flight at once may each
-  take the last free place (under by one post or batch per poster).
-* Bytes posted since a measurement are estimated at the application's mean
-  message size as last measured: the posts' own sizes do not reach here.
+* Messages deleted, expired, or deduplicated since the measurement still count
+  until the next one: over.
+* Posts of processes that do not share the table (other API nodes on
+  Cassandra, Spark executors there) are seen at the next measurement: under,
+  by what they accepted in one refresher interval. On Cassandra the posts since
+  a measurement are scaled by this server's ``share`` of the live processes
+  (as rate limits are split, :mod:`queuey.core.flow`), reckoning the other
+  nodes take posts alike.
+* Bytes measured on Cassandra are estimated (:func:`queuey.core.figures.measure`);
+  the bytes of posts since are the posts' own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from queuey.core.quotas import SharedBuckets
+from queuey.core.buckets import DEFAULT_KEYS
+from queuey.core.slots import SlotTable, TableSet, digest
 from queuey.model import QueueMeta
 
-
-class Counters(Protocol):
-    """Post counters by key (shared by a server's processes, or this process's)."""
-
-    def add(self, keys: Sequence[str], count: int) -> None:
-        """Add ``count`` to each of ``keys``, at once."""
-
-    def read(self, key: str) -> int:
-        """The key's count (0 when never added to)."""
-
-
-class LocalCounters:
-    """Counters in this process's memory (a process serving alone)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def add(self, keys: Sequence[str], count: int) -> None:
-        with self._lock:
-            for key in keys:
-                self._counts[key] = self._counts.get(key, 0) + count
-
-    def read(self, key: str) -> int:
-        return self._counts.get(key, 0)
+# A queue's slot: posted, posted bytes, measured depth, measured bytes, the
+# mark (posted when measured), its bytes, the measured incarnation's tag, when
+# measured (micros), and when last touched (seconds).
+_POSTED, _POSTED_BYTES, _DEPTH, _SIZE, _MARK, _MARK_BYTES, _TAG, _AT, _TOUCHED = range(9)
+_FIELDS = 9
+# The application's slot: the sums of its queues' depths, bytes, posts since
+# their marks and those posts' bytes.
+_USAGE = "\x00usage"
 
 
-class SharedCounters(SharedBuckets):
-    """Counters in a file every process of the server maps: the slots of
-    :class:`~queuey.core.quotas.SharedBuckets` (a count where a bucket keeps
-    its tokens, exact to 2**53), under its ``flock``: one slot per queue
-    with a limit and per application. Keys past its :data:`SLOTS` are counted
-    in this process only (their figures then hold for it alone)."""
-
-    SLOTS = 16384
-
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
-        self._spilled = LocalCounters()
-
-    def add(self, keys: Sequence[str], count: int) -> None:
-        with self._lock, self._flocked():
-            for key in keys:
-                offset = self._slot(key)
-                if offset is None:
-                    self._spilled.add([key], count)
-                    continue
-                digest, value, last = self._SLOT.unpack_from(self._map, offset)
-                value = 0.0 if math.isnan(value) else value
-                self._SLOT.pack_into(self._map, offset, digest, value + count, last)
-
-    def read(self, key: str) -> int:
-        with self._lock, self._flocked():
-            offset = self._slot(key)
-            if offset is None:
-                return self._spilled.read(key)
-            value = self._SLOT.unpack_from(self._map, offset)[1]
-        return 0 if math.isnan(value) else int(value)
+def _tag(incarnation: str) -> float:
+    """A queue incarnation's 48-bit tag (exact in a double; 0: none)."""
+    value = int.from_bytes(hashlib.blake2b(incarnation.encode(), digest_size=6).digest(), "big")
+    return float(value or 1)
 
 
-def queue_key(meta: QueueMeta) -> str:
-    return f"q\x1f{meta.application}\x1f{meta.name}"
+def _queue(name: str) -> str:
+    return f"q\x1f{name}"
 
 
-def application_key(application: str) -> str:
-    return f"a\x1f{application}"
+def _contribution(values: tuple[float, ...]) -> tuple[float, float, float, float]:
+    """What a queue's slot adds to its application's sums."""
+    return (
+        values[_DEPTH],
+        values[_SIZE],
+        values[_POSTED] - values[_MARK],
+        values[_POSTED_BYTES] - values[_MARK_BYTES],
+    )
 
 
-@dataclass
-class _Measured:
-    incarnation: str
-    at: int
-    depth: int
-    bytes: int
-    mark: int
+@dataclass(frozen=True)
+class Refusal:
+    """Which limit a post would pass (``field``), and the figure it met."""
+
+    field: str
+    stored: int
+    limit: int
 
 
 class Lengths:
-    """Queue lengths and application usage as this server knows them (see the module)."""
+    """Queue lengths and application usage (see the module), in tables kept in
+    ``directory`` (None: this process only). ``now`` gives seconds."""
 
-    def __init__(self, counters: Counters | None = None) -> None:
-        self.counters = counters if counters is not None else LocalCounters()
-        self._lock = threading.Lock()
-        self._queues: dict[tuple[str, str], _Measured] = {}
-        #: Forgotten queues' counts when forgotten: their posts are no longer stored.
-        self._gone: dict[tuple[str, str], int] = {}
-        #: Per application: depths, bytes, marks of its measured queues, and gone counts.
-        self._apps: dict[str, list[int]] = {}
+    def __init__(
+        self,
+        directory: str | Path | None = None,
+        keys: int = DEFAULT_KEYS,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.tables = TableSet(directory, "lengths", keys, _FIELDS)
+        self.now = now
 
-    # -- feeding ------------------------------------------------------------------
-    def posted(self, meta: QueueMeta, count: int) -> None:
-        """``count`` messages were stored in the queue."""
-        if count > 0:
-            self.counters.add((queue_key(meta), application_key(meta.application)), count)
+    # -- inside (the table held) -------------------------------------------------
+    def _slot(self, table: SlotTable, meta: QueueMeta) -> int:
+        self._usage_slot(table)  # first: the application's sums always have their slot
+        return table.claim(_queue(meta.name), (0.0,) * _FIELDS)
 
-    def mark(self, meta: QueueMeta) -> int:
-        """The queue's count now: read it *before* scanning the queue."""
-        return self.counters.read(queue_key(meta))
+    def _usage_slot(self, table: SlotTable) -> int:
+        return table.claim(_USAGE, (0.0,) * _FIELDS)
+
+    def _change(self, table: SlotTable, index: int, values: list[float]) -> None:
+        """Write a queue's slot, keeping its application's sums."""
+        before = _contribution(table.read(index))
+        values[_TOUCHED] = self.now()
+        table.write(index, values)
+        after = _contribution(tuple(values))
+        usage = self._usage_slot(table)
+        sums = list(table.read(usage))
+        for n in range(4):
+            sums[n] += after[n] - before[n]
+        table.write(usage, sums)
+
+    @staticmethod
+    def _length(values: tuple[float, ...], meta: QueueMeta, share: float) -> int:
+        since = _scaled(values[_POSTED] - values[_MARK], share)
+        current = values[_TAG] == _tag(meta.incarnation)
+        # A queue purged elsewhere (a new incarnation): only the posts since count.
+        return since + (int(values[_DEPTH]) if current else 0)
+
+    @staticmethod
+    def _usage(sums: tuple[float, ...], share: float) -> tuple[int, int]:
+        return (
+            int(sums[0]) + _scaled(sums[2], share),
+            int(sums[1]) + _scaled(sums[3], share),
+        )
+
+    # -- posts ------------------------------------------------------------------------
+    def admit(
+        self,
+        meta: QueueMeta,
+        count: int,
+        size: int,
+        *,
+        max_length: int = 0,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+        share: float = 1.0,
+    ) -> Refusal | None:
+        """Count a post of ``count`` messages of ``size`` bytes, unless it
+        would take the queue past ``max_length`` or the application past
+        ``max_messages`` / ``max_bytes`` (0: no such limit): then nothing is
+        counted and the :class:`Refusal` says which."""
+        with self.tables.of(meta.application).locked() as table:
+            index = self._slot(table, meta)
+            values = list(table.read(index))
+            if max_length:
+                length = self._length(tuple(values), meta, share)
+                if length + count > max_length:
+                    return Refusal("max_length", length, max_length)
+            if max_messages or max_bytes:
+                stored, stored_bytes = self._usage(table.read(self._usage_slot(table)), share)
+                if max_messages and stored + count > max_messages:
+                    return Refusal("max_messages", stored, max_messages)
+                if max_bytes and stored_bytes + size > max_bytes:
+                    return Refusal("max_bytes", stored_bytes, max_bytes)
+            values[_POSTED] += count
+            values[_POSTED_BYTES] += size
+            self._change(table, index, values)
+        return None
+
+    def check(
+        self,
+        meta: QueueMeta,
+        count: int,
+        size: int,
+        *,
+        max_length: int = 0,
+        max_messages: int = 0,
+        max_bytes: int = 0,
+        share: float = 1.0,
+    ) -> Refusal | None:
+        """What :meth:`admit` would answer now, counting nothing."""
+        with self.tables.of(meta.application).locked() as table:
+            index = table.find(_queue(meta.name))
+            if max_length and index is not None:
+                length = self._length(table.read(index), meta, share)
+                if length + count > max_length:
+                    return Refusal("max_length", length, max_length)
+            elif max_length and count > max_length:
+                return Refusal("max_length", 0, max_length)
+            usage = table.find(_USAGE)
+            stored, stored_bytes = self._usage(table.read(usage), share) if usage else (0, 0)
+            if max_messages and stored + count > max_messages:
+                return Refusal("max_messages", stored, max_messages)
+            if max_bytes and stored_bytes + size > max_bytes:
+                return Refusal("max_bytes", stored_bytes, max_bytes)
+        return None
+
+    def unpost(self, meta: QueueMeta, count: int, size: int) -> None:
+        """A post counted by :meth:`admit` was not stored (its write failed)."""
+        with self.tables.of(meta.application).locked() as table:
+            index = table.find(_queue(meta.name))
+            if index is not None:
+                values = list(table.read(index))
+                values[_POSTED] -= count
+                values[_POSTED_BYTES] -= size
+                self._change(table, index, values)
+
+    # -- measurements ----------------------------------------------------------------
+    def mark(self, meta: QueueMeta) -> tuple[int, int]:
+        """The queue's posts and their bytes now: read them *before* scanning it."""
+        with self.tables.of(meta.application).locked() as table:
+            index = table.find(_queue(meta.name))
+            if index is None:
+                return 0, 0
+            values = table.read(index)
+            return int(values[_POSTED]), int(values[_POSTED_BYTES])
 
     def measured(
-        self, meta: QueueMeta, depth: int, size: int | None, mark: int, at_micros: int
+        self,
+        meta: QueueMeta,
+        depth: int,
+        size: int,
+        mark: tuple[int, int],
+        at_micros: int,
     ) -> None:
-        """The queue held ``depth`` messages of ``size`` bytes (None: not
-        counted; estimated at the application's mean) when its count was
-        ``mark``, at ``at_micros``. Older figures than those known are ignored."""
-        key = (meta.application, meta.name)
-        with self._lock:
-            known = self._queues.get(key)
-            if known is not None and at_micros < known.at:
+        """The queue held ``depth`` messages of ``size`` bytes when its posts
+        were ``mark``, at ``at_micros``. Figures older than those known are ignored."""
+        with self.tables.of(meta.application).locked() as table:
+            index = self._slot(table, meta)
+            values = list(table.read(index))
+            if at_micros < values[_AT]:
                 return
-            totals = self._totals(meta.application)
-            if size is None:
-                size = math.ceil(depth * _mean(totals))
-            self._unlist(key, totals)
-            self._queues[key] = _Measured(meta.incarnation, at_micros, depth, size, mark)
-            for n, value in enumerate((depth, size, mark)):
-                totals[n] += value
+            values[_DEPTH], values[_SIZE] = float(depth), float(size)
+            values[_MARK], values[_MARK_BYTES] = float(mark[0]), float(mark[1])
+            values[_TAG], values[_AT] = _tag(meta.incarnation), float(at_micros)
+            self._change(table, index, values)
+
+    def purged(self, meta: QueueMeta, at_micros: int) -> None:
+        """The queue was purged and is now ``meta``'s (new) incarnation: empty."""
+        with self.tables.of(meta.application).locked() as table:
+            index = self._slot(table, meta)
+            values = list(table.read(index))
+            values[_DEPTH] = values[_SIZE] = 0.0
+            values[_MARK], values[_MARK_BYTES] = values[_POSTED], values[_POSTED_BYTES]
+            values[_TAG], values[_AT] = _tag(meta.incarnation), float(at_micros)
+            self._change(table, index, values)
 
     def forget(self, application: str, name: str) -> None:
-        """The queue is deleted, or no longer watched: its posts stop counting."""
-        key = (application, name)
-        gone = self.counters.read(queue_key(QueueMeta(application, name)))
-        with self._lock:
-            totals = self._totals(application)
-            self._unlist(key, totals)
-            if gone:
-                self._gone[key] = gone
-                totals[3] += gone
+        """The queue is deleted: its messages and posts stop counting."""
+        with self.tables.of(application).locked() as table:
+            index = table.find(_queue(name))
+            if index is not None:
+                self._change(table, index, [0.0] * _FIELDS)
+                table.free(index)
 
-    # -- reading ------------------------------------------------------------------
+    def sweep(self, application: str, names: Iterable[str], idle_seconds: float) -> int:
+        """Free the slots of queues not in ``names`` (the application's queues
+        as listed) untouched for ``idle_seconds``: queues deleted by a process
+        that does not share the table. The number freed."""
+        table = self.tables.existing(application)
+        if table is None:
+            return 0
+        keep = {digest(_queue(name)) for name in names} | {digest(_USAGE)}
+        before = self.now() - idle_seconds
+        freed = 0
+        with table.locked():
+            for index, key, values in list(table.used()):
+                if key not in keep and values[_TOUCHED] < before:
+                    self._change(table, index, [0.0] * _FIELDS)
+                    table.free(index)
+                    freed += 1
+        return freed
+
+    # -- reading -----------------------------------------------------------------------
     def length(self, meta: QueueMeta, share: float = 1.0) -> int | None:
-        """The queue's stored messages, the posts since its measurement taken
-        for this server's ``share`` (None: never measured nor posted to)."""
-        key = (meta.application, meta.name)
-        count = self.counters.read(queue_key(meta))
-        with self._lock:
-            known = self._queues.get(key)
-            if known is None:
-                since = count - self._gone.get(key, 0)
-                return _scaled(since, share) if since > 0 else None
-            since = _scaled(count - known.mark, share)
-            # A purge empties the queue: only the posts since count.
-            return since if known.incarnation != meta.incarnation else known.depth + since
+        """The queue's stored messages (None: never measured nor posted to)."""
+        with self.tables.of(meta.application).locked() as table:
+            index = table.find(_queue(meta.name))
+            return None if index is None else self._length(table.read(index), meta, share)
 
     def usage(self, application: str, share: float = 1.0) -> tuple[int, int] | None:
-        """``(messages, bytes)`` stored over the application's queues, as for
-        :meth:`length` (None: none measured nor posted to)."""
-        count = self.counters.read(application_key(application))
-        with self._lock:
-            totals = self._apps.get(application)
-            if totals is None:
-                return (count, 0) if count else None
-            depth, size, marks, gone = totals
-            since = _scaled(count - marks - gone, share)
-            return depth + since, size + math.ceil(since * _mean(totals))
+        """``(messages, bytes)`` the application stores (None: nothing known)."""
+        with self.tables.of(application).locked() as table:
+            index = table.find(_USAGE)
+            return None if index is None else self._usage(table.read(index), share)
 
-    # -- inside (the lock held) ---------------------------------------------------
-    def _totals(self, application: str) -> list[int]:
-        return self._apps.setdefault(application, [0, 0, 0, 0])
-
-    def _unlist(self, key: tuple[str, str], totals: list[int]) -> None:
-        """Take the queue's figures (or its gone count) out of its application's sums."""
-        known = self._queues.pop(key, None)
-        if known is not None:
-            for n, value in enumerate((known.depth, known.bytes, known.mark)):
-                totals[n] -= value
-        totals[3] -= self._gone.pop(key, 0)
+    def close(self) -> None:
+        self.tables.close()
 
 
-def _mean(totals: list[int]) -> float:
-    return totals[1] / totals[0] if totals[0] else 0.0
-
-
-def _scaled(since: int, share: float) -> int:
+def _scaled(since: float, share: float) -> int:
     """Posts of every server, from this one's and its share of the processes."""
-    since = max(0, since)
-    return since if share >= 1 else math.ceil(since / max(share, 1e-6))
+    since = max(0.0, since)
+    return int(since) if share >= 1 else math.ceil(since / max(share, 1e-6))

@@ -36,7 +36,7 @@ from typing import Any
 from queuey.clock import Clock
 from queuey.core.figures import QueueFigures, measure
 from queuey.core.flow import trim
-from queuey.core.lengths import Counters, Lengths
+from queuey.core.lengths import Lengths
 from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
 from queuey.model import QueueMeta
@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 HISTORY_MINUTES = 60
 #: Queues listed per storage call while discovering them.
 LIST_PAGE = 1000
+#: Seconds between sweeps of the counts of queues deleted elsewhere, and how
+#: long such a count must have been untouched to go (:meth:`Lengths.sweep`).
+SWEEP_SECONDS = 60.0
 
 
 @dataclass
@@ -104,7 +107,7 @@ class Overview:
         max_queues: int = 5000,
         publish: Path | None = None,
         follow: Path | None = None,
-        counters: Counters | None = None,
+        lengths: Lengths | None = None,
     ) -> None:
         self.storage = storage
         self.clock = clock
@@ -122,6 +125,7 @@ class Overview:
         self._stop = threading.Event()
         self._last_error = 0.0
         self._discovered = False
+        self._swept = 0.0
         #: Called after every refresher pass (the consumer groups' refresh).
         self.after_pass: list[Callable[[], None]] = []
         #: Where the refresher writes each pass (``publish``), or where this
@@ -132,9 +136,10 @@ class Overview:
         #: Extra state published beside the figures, by name: ``(get, set)``
         #: (the consumer groups' figures).
         self.shared: dict[str, tuple[Callable[[], Any], Callable[[Any, float], None]]] = {}
-        #: Queue lengths and application usage for flow control, from the post
-        #: ``counters`` this server's processes share (:mod:`queuey.core.lengths`).
-        self.lengths = Lengths(counters)
+        #: Queue lengths and application usage for flow control, in the
+        #: tables this server's processes share (:mod:`queuey.core.lengths`):
+        #: each measurement is written there, for every process at once.
+        self.lengths = lengths if lengths is not None else Lengths()
         #: An application's ``(max_messages, max_bytes)`` (0: none): the
         #: queues of one with either are measured every pass, with their bytes.
         self.stored_quota: Callable[[str], tuple[int, int]] = lambda application: (0, 0)
@@ -179,16 +184,14 @@ class Overview:
             return [e.meta for e in self._entries.values()]
 
     def length(self, meta: QueueMeta) -> int | None:
-        """The queue's stored messages as last measured plus the posts since,
-        as this process reckons them (None: unknown); what a ``max_length`` is
-        checked against. How far it may be off: :mod:`queuey.core.lengths`."""
-        self._follow()
+        """The queue's stored messages as last measured plus the posts since
+        (None: unknown); what a ``max_length`` is checked against. How far it
+        may be off: :mod:`queuey.core.lengths`."""
         return self.lengths.length(meta, self.share())
 
     def usage(self, application: str) -> tuple[int, int] | None:
-        """``(messages, bytes)`` the application stores over its watched
-        queues, as for :meth:`length` (None: nothing known yet)."""
-        self._follow()
+        """``(messages, bytes)`` the application stores, as for :meth:`length`
+        (None: nothing known yet)."""
         return self.lengths.usage(application, self.share())
 
     def history(self, application: str, name: str) -> list[Minute]:
@@ -208,22 +211,23 @@ class Overview:
             minute = self._minute_of(entry, at)
             minute.posted += posted
             minute.acked += acked
-            if posted and self.limited(meta):  # only they are asked: one slot each
-                self.lengths.posted(meta, posted)
 
     def refresh(self, meta: QueueMeta) -> QueueFigures:
         """Measure one queue now (after an operator changed it) and cache it."""
+        limited = self.limited(meta)
         sized = bool(self.stored_quota(meta.application)[1])
-        mark = self.lengths.mark(meta)
+        mark = self.lengths.mark(meta) if limited else (0, 0)
         figures = measure(self.storage, meta, self.clock.now_micros(), sized=sized, mark=mark)
+        if limited:
+            self.lengths.measured(meta, figures.depth, figures.bytes or 0, mark, figures.measured)
         self._store(figures)
         return figures
 
     def forget(self, application: str, name: str) -> None:
-        """Stop watching a deleted queue."""
+        """Stop watching a deleted queue; its messages stop counting."""
         with self._lock:
             self._entries.pop((application, name), None)
-            self.lengths.forget(application, name)
+        self.lengths.forget(application, name)
 
     def limited(self, meta: QueueMeta) -> bool:
         """Whether a post's admission depends on the queue's figures."""
@@ -321,7 +325,6 @@ class Overview:
             for key in list(self._entries):
                 if key not in snapshot["entries"]:
                     del self._entries[key]
-                    self.lengths.forget(*key)
             for key, (meta, figures) in snapshot["entries"].items():
                 entry = self._entries.get(key)
                 if entry is None:
@@ -329,9 +332,6 @@ class Overview:
                 mine = entry.figures
                 if figures is not None and (mine is None or mine.measured <= figures.measured):
                     entry.meta, entry.figures = meta, figures
-                    self.lengths.measured(
-                        meta, figures.depth, figures.bytes, figures.mark, figures.measured
-                    )
             self.unwatched = snapshot["unwatched"]
             self.last_pass_seconds = snapshot["last_pass_seconds"]
             self._discovered = True
@@ -374,11 +374,14 @@ class Overview:
         limited: list[QueueMeta] = []
         others: list[QueueMeta] = []
         total = 0
+        listed: dict[str, list[str]] = {}
         for application in sorted(self.applications()):
             after = None
+            names = listed[application] = []
             while True:
                 page = self.storage.list_queues(application, LIST_PAGE, after)
                 for meta in page:
+                    names.append(meta.name)
                     total += 1
                     if self.limited(meta):
                         limited.append(meta)
@@ -394,7 +397,6 @@ class Overview:
             for key in list(self._entries):
                 if key not in seen:
                     del self._entries[key]
-                    self.lengths.forget(*key)
             for key, meta in seen.items():
                 entry = self._entries.get(key)
                 if entry is None:
@@ -403,6 +405,10 @@ class Overview:
                     entry.meta = meta
             self.unwatched = unwatched
             self._discovered = True
+        if time.monotonic() - self._swept >= SWEEP_SECONDS:
+            self._swept = time.monotonic()
+            for application, names in listed.items():
+                self.lengths.sweep(application, names, SWEEP_SECONDS)
 
     def _entry(self, meta: QueueMeta) -> _Entry | None:
         key = (meta.application, meta.name)
@@ -419,9 +425,6 @@ class Overview:
                 return
             entry.meta = figures.meta
             entry.figures = figures
-            self.lengths.measured(
-                figures.meta, figures.depth, figures.bytes, figures.mark, figures.measured
-            )
             minute = self._minute_of(entry, at)
             minute.depth = figures.depth
             minute.in_flight = figures.in_flight

@@ -212,6 +212,10 @@ class Queues:
         self.storage = storage
         self.cache: MetadataCache = cache or NoCache()
         self.quotas = quotas
+        #: Called with the queue's new incarnation after a purge, and with
+        #: the queue after a delete (flow control's counts, the metrics).
+        self.on_purged: list[Callable[[QueueMeta], None]] = []
+        self.on_deleted: list[Callable[[QueueMeta], None]] = []
 
     def create(self, meta: QueueMeta, *, limited: bool = True) -> QueueMeta:
         """Create a queue for a caller: within its application's queue limit
@@ -243,7 +247,13 @@ class Queues:
         """Drop every message: the queue starts a new incarnation."""
         with self.cache.changing(queue.application, queue.name):
             self.storage.purge_queue(queue.application, queue.name)
+        if self.on_purged:
+            fresh = self.storage.get_queue(queue.application, queue.name)
+            for listener in self.on_purged:
+                listener(fresh)
 
     def delete(self, queue: QueueMeta) -> None:
         with self.cache.changing(queue.application, queue.name):
             self.storage.delete_queue(queue.application, queue.name)
+        for listener in self.on_deleted:
+            listener(queue)

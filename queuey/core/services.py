@@ -15,24 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from queuey.applications import Application
+from queuey.applications import Application, load_applications
 from queuey.clock import Clock
+from queuey.core.buckets import Buckets
 from queuey.core.fairness import GroupTracker
 from queuey.core.flow import AppLimits, FlowControl
 from queuey.core.flowsettings import FlowSettings
 from queuey.core.groups import Groups
-from queuey.core.lengths import SharedCounters
+from queuey.core.lengths import Lengths
 from queuey.core.longpoll import LongPolls
 from queuey.core.messages import MessageRules
 from queuey.core.metrics import Metrics
 from queuey.core.overview import Overview
 from queuey.core.queues import QueueCache, Queues
-from queuey.core.quotas import LocalBuckets, Quotas, SharedBuckets, load_quotas
+from queuey.core.quotas import Quotas, load_quotas
 from queuey.core.schedules import Schedules
+from queuey.core.subscriptionlimit import SubscriptionLimit
 from queuey.core.subscriptions import Subscriptions
 from queuey.core.workqueues import WorkQueues
 from queuey.model import QueueMeta
-from queuey.settings import Settings
+from queuey.settings import Settings, load_settings
 from queuey.storage import Storage
 
 #: The part a process plays under the production server (:mod:`queuey.server`):
@@ -98,11 +100,16 @@ def build_services(
     def application_names():
         return services.applications.keys()
 
-    metrics = Metrics()
+    metrics = Metrics(shared_dir / QUEUE_COUNTERS if shared_dir else None)
     metrics.count_storage_requests(storage.request_counts)
-    # Under the production server's workers, request budgets are shared
-    # through its directory (queuey.core.quotas); alone, they live in this process.
-    quotas = load_quotas(settings, lambda: services.applications, clock, shared_dir=shared_dir)
+    # Rate buckets and post counts live in tables every process of the host
+    # shares when the store names a directory (SQLite), else every process of
+    # this server (its directory), else this process (queuey.core.slots).
+    tables = limits_directory(storage, shared_dir)
+    keys = settings.flow_keys_per_application
+    buckets = Buckets(tables, keys)
+    lengths = Lengths(tables, keys, lambda: clock.now_micros() / 1_000_000)
+    quotas = load_quotas(settings, lambda: services.applications, clock, buckets)
     long_polls = LongPolls(
         settings.reserve_max_waiting,
         settings.reserve_poll_interval,
@@ -130,8 +137,7 @@ def build_services(
         max_queues=settings.stats_max_queues,
         publish=snapshot if role == "refresher" else None,
         follow=snapshot if role == "worker" else None,
-        # Posts to queues with a length or quota, counted by every process of the server.
-        counters=SharedCounters(shared_dir / LENGTH_COUNTERS) if shared_dir else None,
+        lengths=lengths,
     )
     overview.on_dropped = metrics.dropped
 
@@ -171,11 +177,26 @@ def build_services(
         overview.count(queue, acked=count)
 
     rules = MessageRules.from_settings(settings)
-    flow = build_flow(settings, storage, clock, quotas, overview, metrics, shared_dir, server_share)
+    flow = build_flow(
+        settings, storage, clock, quotas, buckets, lengths, metrics, shared_dir, server_share
+    )
+    subscription_limit = SubscriptionLimit(
+        storage, lambda application: quotas.limits(application).subscriptions
+    )
     queues = Queues(
         storage,
         QueueCache(settings.metadata_cache_seconds, shared=storage.metadata_changes()),
         quotas,
+    )
+    # A purge empties a queue's length at once, a delete frees its count, for
+    # every process sharing the tables (queuey.core.lengths).
+    queues.on_purged.append(lambda meta: lengths.purged(meta, clock.now_micros()))
+    queues.on_deleted.append(lambda meta: overview.forget(meta.application, meta.name))
+    # A deleted queue's metric series go at once; the refresher finds those
+    # deleted through other API nodes (queuey.core.queuecounters).
+    queues.on_deleted.append(metrics.forget)
+    overview.after_pass.append(
+        lambda: metrics.queue_counts.prune(storage.list_queues, clock.now_micros)
     )
     services = Services(
         settings=settings,
@@ -197,11 +218,18 @@ def build_services(
             on_posted=posted,
             on_acked=acked,
             flow=flow,
+            subscription_limit=subscription_limit,
         ),
-        subscriptions=Subscriptions(queues),
+        subscriptions=Subscriptions(queues, subscription_limit),
         overview=overview,
         flow=flow,
-        flow_settings=FlowSettings(queues, on_resumed=available),
+        flow_settings=FlowSettings(
+            queues,
+            on_resumed=available,
+            subscription_limit=subscription_limit,
+            # A queue given a max_length is measured at once: its messages count now.
+            on_limited=overview.refresh,
+        ),
         schedules=Schedules(
             storage,
             queues,
@@ -213,6 +241,9 @@ def build_services(
             # One ticker per API node: in the process that measures queues,
             # never in every worker (queuey.server).
             interval=0 if role == "worker" else settings.schedules_interval,
+            check=lambda queue, count, size: flow.refusal(queue, count, size),
+            max_batch_messages=settings.max_batch_messages,
+            max_batch_size=settings.max_batch_size,
         ),
         groups=groups,
         shared_dir=shared_dir,
@@ -220,12 +251,21 @@ def build_services(
     return services
 
 
-#: The server's flow buckets file in its directory (``QUEUEY_SHARED_DIR``).
-FLOW_BUCKETS = "flow.buckets"
-#: The server's post counters file in its directory (:mod:`queuey.core.lengths`).
-LENGTH_COUNTERS = "lengths.counts"
+#: The server's flow-control tables in its directory (``QUEUEY_SHARED_DIR``).
+LIMITS_DIRECTORY = "limits"
+#: The server's per-queue metric counts in its directory (:mod:`queuey.core.queuecounters`).
+QUEUE_COUNTERS = "queue-counters.sqlite3"
 #: How many worker processes serve in this server (set by :mod:`queuey.server`).
 WORKERS_ENV = "QUEUEY_WORKERS"
+
+
+def limits_directory(storage: Storage, shared_dir: Path | None) -> Path | None:
+    """Where flow control's tables are: the store's directory for them (every
+    process of the host), the server's own (its processes), or None (this one)."""
+    host = storage.flow_state_path()
+    if host:
+        return Path(host)
+    return shared_dir / LIMITS_DIRECTORY if shared_dir else None
 
 
 def build_flow(
@@ -233,27 +273,22 @@ def build_flow(
     storage: Storage,
     clock: Clock,
     quotas: Quotas,
-    overview: Overview,
+    buckets: Buckets,
+    lengths: Lengths,
     metrics: Metrics,
     shared_dir: Path | None,
     server_share: Callable[[], float],
 ) -> FlowControl:
-    """Flow control wired to where its buckets live and what it measures.
+    """Flow control wired to its tables and what it counts.
 
-    Buckets are shared by every process of the host when the store names a
-    file for them (SQLite), else by the server's workers (its directory);
-    in the second case each server enforces its part of a rate
-    (``server_share``: its processes over the store's live processes)."""
-    host_file = storage.flow_buckets_path()
-    if host_file:
-        buckets: Any = SharedBuckets(host_file)
-    elif shared_dir:
-        buckets = SharedBuckets(shared_dir / FLOW_BUCKETS)
-    else:
-        buckets = LocalBuckets()
+    When the tables are the host's (SQLite), every process using the store
+    shares them and enforces the whole of each rate; otherwise each server
+    enforces its part (``server_share``: its processes over the store's
+    live processes)."""
+    host = bool(storage.flow_state_path())
 
     def share() -> float:
-        return 1.0 if host_file else server_share()
+        return 1.0 if host else server_share()
 
     def app_limits(application: str) -> AppLimits:
         limits = quotas.limits(application)
@@ -262,10 +297,9 @@ def build_flow(
     return FlowControl(
         clock,
         buckets=buckets,
+        lengths=lengths,
         share=share,
         in_flight=storage.in_flight,
-        length=overview.length,
-        usage=overview.usage,
         app_limits=app_limits,
         tracker=GroupTracker(
             lambda: clock.now_micros() / 1_000_000, threshold=settings.flow_fair_threshold
@@ -277,3 +311,27 @@ def build_flow(
 def services_of(registry: Any) -> Services:
     """The app's services, from its Pyramid registry."""
     return registry.queuey
+
+
+def poster_flow(raw: Mapping[str, Any], storage: Storage, clock: Clock) -> FlowControl:
+    """Flow control for a process that posts without serving (a Spark
+    executor writing to the store itself), from the service's ini settings.
+
+    It checks what a server checks: pauses, bursts, lengths, quotas and
+    rates, by the applications file the settings name (else the
+    ``queuey.limits.*`` defaults). Where the store names a directory every
+    process of the host shares (SQLite) it counts in the servers' own
+    tables, so its posts and theirs meet one bound; elsewhere (Cassandra)
+    it counts its own posts only (docs/flow.rst, "Spark")."""
+    settings = load_settings(raw, environ={}, require_applications=False)
+    applications = (
+        load_applications(settings.applications_file) if settings.applications_file else {}
+    )
+    directory = limits_directory(storage, None)
+    keys = settings.flow_keys_per_application
+    buckets = Buckets(directory, keys)
+    quotas = load_quotas(settings, lambda: applications, clock, buckets)
+    lengths = Lengths(directory, keys, lambda: clock.now_micros() / 1_000_000)
+    return build_flow(
+        settings, storage, clock, quotas, buckets, lengths, Metrics(), None, lambda: 1.0
+    )

@@ -28,6 +28,7 @@ from typing import Any
 from queuey.core.flowsettings import FlowSettings
 from queuey.core.messages import InvalidFields
 from queuey.core.queues import Queues
+from queuey.core.subscriptionlimit import SubscriptionLimit
 from queuey.model import QueueMeta
 from queuey.model.filters import Filter, FilterError, parse_filter
 from queuey.model.flow import (
@@ -65,8 +66,10 @@ class SubscriptionSettings:
 class Subscriptions:
     """Reads and changes subscriptions' settings through the queue lifecycle."""
 
-    def __init__(self, queues: Queues) -> None:
+    def __init__(self, queues: Queues, limit: SubscriptionLimit | None = None) -> None:
         self.queues = queues
+        #: Bounds the subscriptions a filter may name into being.
+        self.limit = limit
 
     def settings(self, queue: QueueMeta) -> list[SubscriptionSettings]:
         """Every subscription with a setting (a filter or a flow setting), by name."""
@@ -122,6 +125,8 @@ class Subscriptions:
         if errors:
             raise InvalidFields(errors)
         if parsed is not None:
+            if self.limit is not None:
+                self.limit.check(queue, subscription)
             current = filters(self.queues.fresh(queue.application, queue.name))
             if subscription not in current and len(current) >= MAX_FILTERED:
                 raise InvalidFields(

@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from queuey.clock import Clock
-from queuey.core.flow import FlowControl
+from queuey.core.flow import FlowControl, FlowRefused
 from queuey.core.messages import MessageRules
 from queuey.core.queues import Queues
+from queuey.core.subscriptionlimit import SubscriptionLimit
 from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
 from queuey.model import (
     DeadLetter,
@@ -115,7 +116,9 @@ class WorkQueues:
     (default: uncached, without a queue limit); ``rules`` the message rules
     (default: ``max_ttl`` and the default largest message); ``flow`` the
     flow control every post and reserve passes (:mod:`queuey.core.flow`;
-    default: the queues' own settings, buckets in this process).
+    default: the queues' own settings, buckets in this process);
+    ``subscription_limit`` bounds a queue's subscriptions
+    (:mod:`queuey.core.subscriptionlimit`; default: none).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class WorkQueues:
         on_posted: Callable[[QueueMeta, int], None] | None = None,
         on_acked: Callable[[QueueMeta, int], None] | None = None,
         flow: FlowControl | None = None,
+        subscription_limit: SubscriptionLimit | None = None,
     ) -> None:
         if rules is None:
             if max_ttl is None:
@@ -145,6 +149,7 @@ class WorkQueues:
         self.on_posted = on_posted or (lambda queue, count: None)
         self.on_acked = on_acked or (lambda queue, count: None)
         self.flow = flow or FlowControl(clock)
+        self.subscription_limit = subscription_limit
 
     # -- messages ---------------------------------------------------------------
     def post(
@@ -155,10 +160,14 @@ class WorkQueues:
         (:class:`~queuey.core.flow.FlowRefused`), the metrics, the operators'
         overview and this process's long polls (woken when a message is due
         now) see them all. ``internal``: a post the service makes itself
-        (a dead letter, a redrive), which flow control lets pass."""
-        if not internal:
-            messages = self.flow.admit_post(queue, messages)
-        stored = self.storage.put_messages(queue, messages)
+        (a dead letter, a redrive, a move), held by the application's stored
+        quotas only."""
+        admitted = self.flow.admit_post(queue, messages, internal=internal)
+        try:
+            stored = self.storage.put_messages(queue, admitted.messages)
+        except BaseException:
+            admitted.undo()
+            raise
         self.on_posted(queue, len(stored))
         if any(message.delay == 0 for message in messages):
             self.on_available(queue.application, queue.name)
@@ -180,6 +189,8 @@ class WorkQueues:
         by the subscription's settings as this process knows them now (a long
         poll that began before a pause stops handing out with it)."""
         current = self._current(queue)
+        if self.subscription_limit is not None:
+            self.subscription_limit.check(current, subscription)
         grant = self.flow.grant(current, subscription, limit)
         if not grant.count:
             return Reservation([], 0, grant.reason)
@@ -291,7 +302,9 @@ class WorkQueues:
         A failure is logged, not raised: the caller's deliveries are still
         good, and an unacked claim lapses after the queue's visibility timeout
         and is taken again by a later reserve (the ``dedup_id`` keeps the
-        dead-letter queue from holding the message twice).
+        dead-letter queue from holding the message twice). An application
+        over its stored quota is such a failure: its dead letters wait as
+        claims until it has room.
         """
         if not letters:
             return 0
@@ -327,7 +340,7 @@ class WorkQueues:
             statuses = self.storage.ack(
                 queue, subscription, [letter.claim for letter in letters], self.clock.now_micros()
             )
-        except StorageUnavailable as exc:
+        except (StorageUnavailable, FlowRefused) as exc:
             log.warning(
                 "dead-lettering %d message(s) of %s/%s failed, retried when the claims lapse: %s",
                 len(letters),

@@ -20,6 +20,7 @@ from typing import Protocol
 from queuey import ids
 from queuey.clock import SYSTEM_CLOCK
 from queuey.core.messages import MessageRules
+from queuey.core.services import poster_flow
 from queuey.core.workqueues import WorkQueues
 from queuey.limits import MAX_READ
 from queuey.model import Message, MessagePage, NewMessage, QueueMeta, ReadQuery
@@ -70,17 +71,24 @@ class StorageSource:
     """A :class:`Source` over a :class:`~queuey.storage.Storage` backend.
 
     Puts go through the service core's one post
-    (:meth:`queuey.core.workqueues.WorkQueues.post`), as the API's do. An
-    executor is not a server: it has no metrics, long polls or overview to
-    feed, so the post's side effects are none here; an API node's long polls
-    find the messages on their next poll.
+    (:meth:`queuey.core.workqueues.WorkQueues.post`), as the API's do, with
+    flow control built from the service's settings
+    (:func:`queuey.core.services.poster_flow`: on SQLite in the tables the
+    host's servers share). An executor is not a server: it has no metrics,
+    long polls or overview to feed, so the post's other side effects are none
+    here; an API node's long polls find the messages on their next poll.
     """
 
     def __init__(self, connection: StorageConnection) -> None:
         settings = connection.settings_dict()
         self.connection = connection
         self.storage: Storage = load_backend(connection.backend, settings, SYSTEM_CLOCK)
-        self.work = WorkQueues(self.storage, SYSTEM_CLOCK, rules=rules_of(connection))
+        self.work = WorkQueues(
+            self.storage,
+            SYSTEM_CLOCK,
+            rules=rules_of(connection),
+            flow=poster_flow({**DEFAULTS, **settings}, self.storage, SYSTEM_CLOCK),
+        )
         # Only messages older than now - delay are final (invariant 2); the
         # delay is never shorter than the backend needs, whatever was configured.
         configured = float(settings.get("queuey.read_delay", 0) or 0)

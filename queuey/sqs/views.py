@@ -87,9 +87,7 @@ def endpoint(request, service: SQSService):
         )
         status, headers, payload = protocol.error(json_protocol, throttled, request_id)
     except FlowRefused as exc:
-        # Paused, full or over a rate: SDKs retry RequestThrottled on their own.
-        refused = SQSError("RequestThrottled", f"{exc}", retry_after=exc.retry_after)
-        status, headers, payload = protocol.error(json_protocol, refused, request_id)
+        status, headers, payload = protocol.error(json_protocol, flow_error(exc), request_id)
     except TooManyQueues as exc:
         full = SQSError("OverLimit", f"Too many queues. {exc}")
         status, headers, payload = protocol.error(json_protocol, full, request_id)
@@ -154,3 +152,17 @@ def includeme(config) -> None:
             request_method=("GET", "POST"),
             permission=NO_PERMISSION_REQUIRED,
         )
+
+
+def flow_error(exc: FlowRefused) -> SQSError:
+    """A flow-control refusal in SQS's words. Paused, full or over a rate or
+    a quota: ``RequestThrottled``, which SDKs retry on their own; a batch that
+    could never pass whole (larger than a rate's burst) or a new subscription
+    past the limit: errors no retry mends."""
+    if exc.status == 413:
+        return SQSError("TooManyEntriesInBatchRequest", str(exc))
+    if exc.status == 403:
+        return SQSError("OverLimit", str(exc))
+    if exc.status == 400:
+        return SQSError("InvalidParameterValue", str(exc))
+    return SQSError("RequestThrottled", str(exc), retry_after=exc.retry_after)

@@ -396,16 +396,24 @@ class Storage(abc.ABC):
     def live_processes(self) -> int | None:
         """How many API processes share this store now, this one included (at
         least 1), so flow control can split a rate limit between them; ``None``
-        when the store cannot tell (then :meth:`flow_buckets_path` may offer
-        buckets every process on the host shares instead). Never raises."""
+        when the store cannot tell (then :meth:`flow_state_path` may offer
+        tables every process on the host shares instead). Never raises."""
         return None
 
-    def flow_buckets_path(self) -> str | None:
-        """A file every process using this store on this host can map into
-        memory for flow control's shared token buckets, or ``None`` when the
+    def subscriptions(self, queue: QueueMeta) -> list[str]:
+        """The names of the subscriptions used on the queue's incarnation (a
+        reserve names a subscription into being), by name: what
+        ``max_subscriptions`` counts. The default reads :meth:`stats`; a
+        backend answers from its own list, without a scan."""
+        return sorted(s.subscription for s in self.stats(queue, 0).subscriptions)
+
+    def flow_state_path(self) -> str | None:
+        """A directory every process using this store on this host can reach,
+        where flow control keeps the tables it maps into memory (token
+        buckets, post counts: :mod:`queuey.core.slots`), or ``None`` when the
         processes sharing the store are not all on one host (or the store is
-        private to this process). The store only names the file; flow control
-        creates and lays it out."""
+        private to this process). The store only names the directory; flow
+        control creates it (0700) and lays its files out."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

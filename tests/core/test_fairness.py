@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from queuey.core.buckets import Buckets, give_tokens, take_tokens
 from queuey.core.fairness import (
     BUSY_LANE,
     HOLD,
@@ -15,7 +16,6 @@ from queuey.core.fairness import (
     QUIET_LANE,
     GroupTracker,
 )
-from queuey.core.quotas import LocalBuckets, give_tokens, take_tokens
 
 Q = ("app", "queue")
 
@@ -69,11 +69,17 @@ def test_the_groups_counted_are_bounded() -> None:
 
 
 def test_take_tokens_whole_batches_and_partial_reserves() -> None:
-    # A whole batch takes all or none; a larger one than the burst needs a full bucket.
-    tokens, last, taken, wait = take_tokens(2.0, 0.0, 0.0, rate=2.0, burst=2, want=3, whole=True)
+    # A whole batch takes all or none.
+    tokens, last, taken, wait = take_tokens(2.0, 0.0, 0.0, rate=2.0, capacity=2, want=2, whole=True)
     assert (taken, wait) == (2, 0.0) and tokens == 0.0
     tokens, last, taken, wait = take_tokens(tokens, last, 0.25, 2.0, 2, 1, True)
     assert taken == 0 and wait == pytest.approx(0.25)
+    # A larger one than the capacity needs a full bucket and is charged in full:
+    # the bucket is in debt, and the next post waits for it to be paid back.
+    tokens, last, taken, wait = take_tokens(2.0, 0.0, 0.0, 2.0, 2, 3, True)
+    assert taken == 3 and tokens == -1.0
+    tokens, last, taken, wait = take_tokens(tokens, last, 0.5, 2.0, 2, 1, True)
+    assert taken == 0 and wait == pytest.approx(0.5)
     # A reserve takes what there is.
     tokens, last, taken, wait = take_tokens(1.5, 0.0, 0.0, 2.0, 5, 10, False)
     assert taken == 1 and tokens == pytest.approx(0.5)
@@ -83,14 +89,19 @@ def test_take_tokens_whole_batches_and_partial_reserves() -> None:
 @given(
     rate=st.floats(0.5, 1000),
     burst=st.integers(1, 100),
-    asks=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 50)), max_size=60),
+    asks=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 100), st.booleans()), max_size=60),
 )
 def test_a_bucket_never_hands_out_more_than_burst_plus_rate_times_time(rate, burst, asks):
-    buckets = LocalBuckets()
+    """Over any window: whole batches up to the burst and partial reserves alike."""
+    buckets = Buckets()
     at = [0.0]
-    total = 0
-    for step, want in asks:
+    taken_at: list[tuple[float, int]] = []
+    for step, want, whole in asks:
         at[0] += step
-        taken, _ = buckets.take_many("k", lambda: at[0], rate, burst, want, False)
-        total += taken
-    assert total <= burst + rate * at[0] + 1e-6
+        want = min(want, burst) if whole else want
+        taken, _ = buckets.take("app", "k", lambda: at[0], rate, burst, want, whole)
+        taken_at.append((at[0], taken))
+    for start, _ in taken_at:
+        window = [(t, n) for t, n in taken_at if t >= start]
+        total = sum(n for _, n in window)
+        assert total <= burst + rate * (at[0] - start) + 1e-6

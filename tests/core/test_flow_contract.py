@@ -17,6 +17,7 @@ import pytest
 from queuey.core.fairness import GroupTracker
 from queuey.core.flow import (
     PAUSED_RETRY,
+    BatchOverBurst,
     FlowControl,
     PriorityOnFairQueue,
     QueuePaused,
@@ -194,29 +195,34 @@ def test_max_in_flight_caps_leases_until_they_end(flow: Flow) -> None:
 
 def test_post_rate_takes_whole_batches_or_refuses_them(flow: Flow) -> None:
     """``post_rate`` 2, ``post_burst`` 2: a batch takes one token a message,
-    all or none, and one larger than the burst needs a full bucket (and
-    empties it)."""
+    all or none; one larger than the burst could never pass whole and is
+    refused naming the burst, whatever the bucket holds."""
     queue = flow.queue()
     flow.settings.change_queue(queue, {"post_rate": 2, "post_burst": 2})
-    flow.post(queue, 3)  # a full bucket takes a batch larger than the burst
+    with pytest.raises(BatchOverBurst) as over:
+        flow.post(queue, 3)
+    assert (over.value.field, over.value.status) == ("post_burst", 413)
+    assert "at most 2 per request" in str(over.value)
+    flow.post(queue, 2)
     with pytest.raises(RateLimited) as refused:
         flow.post(queue, 1)
     assert refused.value.field == "post_rate"
     assert refused.value.status == 429
     assert refused.value.retry_after >= 1
 
-    flow.clock.advance(0.5)  # one token: a batch of 3 still needs a full bucket
+    flow.clock.advance(0.5)  # one token: a batch of 2 waits for the second
     with pytest.raises(RateLimited) as refused:
-        flow.post(queue, 3)
+        flow.post(queue, 2)
     assert refused.value.retry_after >= 1
     flow.clock.advance(0.5)
-    flow.post(queue, 3)
-    flow.clock.advance(1)
     flow.post(queue, 2)
+    flow.clock.advance(1)
+    flow.post(queue, 1)
+    flow.post(queue, 1)
     with pytest.raises(RateLimited):
         flow.post(queue, 1)
     # Refused batches stored nothing.
-    assert flow.stored(queue) == 8
+    assert flow.stored(queue) == 6
 
 
 def test_a_fair_queue_serves_quiet_groups_before_a_flood(flow: Flow) -> None:

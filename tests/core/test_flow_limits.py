@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from queuey.applications import load_applications
 from queuey.core.flow import AppLimits, FlowControl, QueueFull, QuotaExceeded
-from queuey.core.lengths import Lengths, SharedCounters
+from queuey.core.lengths import Lengths
 from queuey.core.metrics import Metrics
 from queuey.core.overview import Overview
 from queuey.core.queues import Queues
@@ -42,10 +42,7 @@ class Rig:
         self.overview.on_dropped = self.metrics.dropped
         self.overview.stored_quota = lambda application: (limits.messages, limits.bytes)
         self.flow = FlowControl(
-            clock,
-            length=self.overview.length,
-            usage=self.overview.usage,
-            app_limits=lambda application: limits,
+            clock, lengths=self.overview.lengths, app_limits=lambda application: limits
         )
         self.queues = Queues(storage)
         self.work = WorkQueues(
@@ -181,51 +178,80 @@ def test_lengths_are_the_measurement_plus_the_posts_counted_since():
     lengths = Lengths()
     meta = QueueMeta("app", "q", incarnation="one")
     assert lengths.length(meta) is None and lengths.usage("app") is None
-    lengths.posted(meta, 3)
+    assert lengths.admit(meta, 3, 300) is None
     assert lengths.length(meta) == 3  # not measured yet: its posts
     mark = lengths.mark(meta)
+    assert mark == (3, 300)
     lengths.measured(meta, 10, 1000, mark, at_micros=2)
-    lengths.posted(meta, 2)
+    lengths.admit(meta, 2, 200)
     assert lengths.length(meta) == 12
-    assert lengths.usage("app") == (12, 1000 + 2 * 100)
+    assert lengths.usage("app") == (12, 1000 + 200)  # the posts' own bytes
     # One of two servers taking posts: the other is reckoned to post alike.
     assert lengths.length(meta, share=0.5) == 14
-    assert lengths.usage("app", share=0.5) == (14, 1000 + 4 * 100)
-    lengths.measured(meta, 9, 900, 0, at_micros=1)  # older figures change nothing
+    assert lengths.usage("app", share=0.5) == (14, 1000 + 400)
+    lengths.measured(meta, 9, 900, (0, 0), at_micros=1)  # older figures change nothing
     assert lengths.length(meta) == 12
     purged = QueueMeta("app", "q", incarnation="two")
-    assert lengths.length(purged) == 2  # emptied: the posts since count
+    assert lengths.length(purged) == 2  # purged elsewhere: the posts since count
     lengths.forget("app", "q")
     assert lengths.usage("app") == (0, 0)
-    lengths.posted(purged, 1)  # made again under the same name
+    lengths.admit(purged, 1, 50)  # made again under the same name
     assert lengths.length(purged) == 1
-    assert lengths.usage("app") == (1, 0)
+    assert lengths.usage("app") == (1, 50)
+
+
+def test_admission_counts_and_refuses_in_one_step():
+    """The check and the count are one step: the figure a refusal names is
+    exact, a refused post counts nothing, an unknown usage is empty."""
+    lengths = Lengths()
+    meta = QueueMeta("app", "q", incarnation="one")
+    assert lengths.admit(meta, 41, 41, max_messages=40).field == "max_messages"
+    assert lengths.usage("app") == (0, 0)  # nothing counted
+    assert lengths.admit(meta, 40, 4000, max_messages=40, max_bytes=4000) is None
+    refusal = lengths.admit(meta, 1, 1, max_messages=40)
+    assert (refusal.field, refusal.stored, refusal.limit) == ("max_messages", 40, 40)
+    refusal = lengths.admit(meta, 0, 1, max_bytes=4000)
+    assert (refusal.field, refusal.stored) == ("max_bytes", 4000)
+    lengths.unpost(meta, 40, 4000)  # the write failed
+    assert lengths.usage("app") == (0, 0)
+    assert lengths.admit(meta, 3, 3, max_length=2).field == "max_length"
+
+
+def test_a_purge_empties_the_length_for_every_process(tmp_path):
+    processes = [Lengths(tmp_path) for _ in range(2)]
+    meta = QueueMeta("app", "q", incarnation="one")
+    processes[0].admit(meta, 5, 5, max_length=5)
+    assert processes[1].admit(meta, 1, 1, max_length=5).field == "max_length"
+    fresh = QueueMeta("app", "q", incarnation="two")
+    processes[0].purged(fresh, at_micros=10)
+    assert processes[1].length(fresh) == 0
+    assert processes[1].admit(fresh, 5, 5, max_length=5) is None
+    for lengths in processes:
+        lengths.close()
 
 
 def test_the_processes_of_a_server_count_each_other_posts(tmp_path):
     """Posts through any worker count for every worker: however the posts
     are spread, the server stops at the length."""
-    path = tmp_path / "lengths.counts"
-    workers = [Lengths(SharedCounters(path)) for _ in range(2)]
-    refresher = Lengths(SharedCounters(path))
+    workers = [Lengths(tmp_path) for _ in range(2)]
+    refresher = Lengths(tmp_path)
     meta = QueueMeta("app", "q", incarnation="one")
-    workers[0].posted(meta, 5)
-    workers[1].posted(meta, 3)
+    workers[0].admit(meta, 5, 500)
+    workers[1].admit(meta, 3, 300)
     mark = refresher.mark(meta)
-    for lengths in (*workers, refresher):  # the published figures, adopted by all
-        lengths.measured(meta, 8, 800, mark, at_micros=1)
-    workers[1].posted(meta, 4)
+    refresher.measured(meta, 8, 800, mark, at_micros=1)
+    workers[1].admit(meta, 4, 400)
     assert [w.length(meta) for w in workers] == [12, 12]
     assert [w.usage("app") for w in workers] == [(12, 1200), (12, 1200)]
     for lengths in (*workers, refresher):
-        lengths.counters.close()
+        lengths.close()
 
 
-def test_a_worker_adds_the_posts_since_to_the_published_figures(sqlite_storage, clock, tmp_path):
-    """Under the production server the refresher process measures and the
-    workers follow its snapshot: the posts after the measurement count, those
-    before it are in the figures."""
-    snapshot, counts = tmp_path / "overview.pickle", tmp_path / "lengths.counts"
+def test_a_worker_adds_the_posts_since_to_the_refresher_figures(sqlite_storage, clock, tmp_path):
+    """Under the production server the refresher process measures into the
+    shared tables: the posts after the measurement count, those before it
+    are in the figures."""
+    snapshot = tmp_path / "overview.pickle"
     app = "flow-" + uuid.uuid4().hex[:12]
     meta = sqlite_storage.create_queue(QueueMeta(app, "q", attributes={"flow.max_length": "9"}))
     refresher = Overview(
@@ -234,20 +260,17 @@ def test_a_worker_adds_the_posts_since_to_the_published_figures(sqlite_storage, 
         lambda: [app],
         interval=0,
         publish=snapshot,
-        counters=SharedCounters(counts),
+        lengths=Lengths(tmp_path / "limits"),
     )
+    worker_lengths = Lengths(tmp_path / "limits")
     worker = Overview(
-        sqlite_storage,
-        clock,
-        lambda: [app],
-        interval=0,
-        follow=snapshot,
-        counters=SharedCounters(counts),
+        sqlite_storage, clock, lambda: [app], interval=0, follow=snapshot, lengths=worker_lengths
     )
+    worker.stored_quota = refresher.stored_quota = lambda application: (0, 10**6)
 
     def post(count: int) -> None:
+        assert worker_lengths.admit(meta, count, count * SIZE, max_length=9) is None
         sqlite_storage.put_messages(meta, [NewMessage(BODY, 1, 3600)] * count)
-        worker.count(meta, posted=count)
 
     post(2)
     refresher.refresh_pass()
@@ -255,7 +278,7 @@ def test_a_worker_adds_the_posts_since_to_the_published_figures(sqlite_storage, 
     assert worker.length(meta) == 2  # the two posts are in the measurement now
     post(3)
     assert worker.length(meta) == 5
-    refresher.refresh_pass()  # a second publish within one mtime tick is still seen
+    refresher.refresh_pass()
     refresher.publish()
     assert worker.figures(app, "q").depth == 5
     assert worker.length(meta) == 5

@@ -133,3 +133,12 @@ class FlowContract:
         again = reserve(storage, queue, clock, limit=10, max_in_flight=5).deliveries
         assert len(again) == 5
         assert storage.in_flight(queue, "s", clock.now_micros()) == 5
+
+    def test_subscriptions_are_listed_by_name_as_stats_has_them(self, storage, queue, clock):
+        """What ``max_subscriptions`` counts: the names reserves used, without a scan."""
+        assert storage.subscriptions(queue) == []
+        post(storage, queue, 2)
+        reserve(storage, queue, clock, 1, sub="t")
+        reserve(storage, queue, clock, 1, sub="s")
+        assert storage.subscriptions(queue) == ["s", "t"]
+        assert Storage.subscriptions(storage, queue) == ["s", "t"]

@@ -111,12 +111,12 @@ class TestSQLiteFlow(FlowContract):
         assert Storage.in_flight(storage, queue, "s", now) == storage.in_flight(queue, "s", now)
         assert Storage.in_flight(storage, queue, "unused", now) == 0
 
-    def test_processes_share_a_bucket_file_beside_the_database(self, storage, clock):
-        assert storage.flow_buckets_path() == storage.path + ".flow"
+    def test_processes_share_a_tables_directory_beside_the_database(self, storage, clock):
+        assert storage.flow_state_path() == storage.path + ".limits"
         assert storage.live_processes() is None
         memory = SQLiteStorage(":memory:", clock, sweep_interval=0)
         try:
-            assert memory.flow_buckets_path() is None
+            assert memory.flow_state_path() is None
         finally:
             memory.close()
 
@@ -159,7 +159,7 @@ class TestCassandraFlow(FlowContract):
     def test_live_processes_count_the_processes_of_the_keyspace(
         self, flow_settings, storage, clock
     ):
-        assert storage.flow_buckets_path() is None
+        assert storage.flow_state_path() is None
         if flow_settings["queuey.cassandra.work_queue"] == "lwt":
             assert storage.live_processes() is None
             return

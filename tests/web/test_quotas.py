@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -16,8 +17,8 @@ import webtest
 import queuey
 from queuey.applications import load_applications
 from queuey.clock import ManualClock
+from queuey.core.buckets import Buckets, take_token
 from queuey.core.longpoll import LongPolls
-from queuey.core.quotas import SharedBuckets, take_token
 from queuey.errors import ConfigurationError
 from queuey.settings import load_settings
 from tests.admin.conftest import ADMIN_SETTINGS
@@ -106,17 +107,20 @@ def test_token_bucket_admits_the_burst_then_the_rate():
 
 
 def test_shared_buckets_are_one_budget_for_every_process(tmp_path):
-    """Two mappings of one file (two worker processes) share each application's
-    bucket; applications keep theirs apart."""
-    path = tmp_path / "buckets"
-    first, second = SharedBuckets(path), SharedBuckets(path)
+    """Two mappings of one directory (two worker processes) share each
+    application's bucket; applications keep theirs apart."""
+    first, second = Buckets(tmp_path), Buckets(tmp_path)
     try:
         now = lambda: 1000.0  # noqa: E731 - a frozen clock
-        admitted = [(first if n % 2 else second).take("flood", now, 10.0, 4) == 0 for n in range(8)]
+
+        def take(buckets, app, at=now):
+            return buckets.take(app, "requests", at, 10.0, 4, 1, True)[0] == 1
+
+        admitted = [take(first if n % 2 else second, "flood") for n in range(8)]
         assert admitted == [True] * 4 + [False] * 4
-        assert second.take("quiet", now, 10.0, 4) == 0
-        assert first.take("flood", lambda: 1000.1, 10.0, 4) == 0  # 0.1 s: one token back
-        assert second.take("flood", lambda: 1000.1, 10.0, 4) > 0
+        assert take(second, "quiet")
+        assert take(first, "flood", lambda: 1000.1)  # 0.1 s: one token back
+        assert not take(second, "flood", lambda: 1000.1)
     finally:
         first.close()
         second.close()
@@ -318,7 +322,7 @@ def test_limits_are_validated_at_start_up(tmp_path):
     base = {"queuey.applications": "x.ini"}
     for key, value in [
         ("queuey.limits.max_requests_per_second", "-1"),
-        ("queuey.limits.max_burst", "0"),
+        ("queuey.limits.max_burst", "-1"),
         ("queuey.limits.max_waiting_polls", "lots"),
         ("queuey.limits.max_queues", "-5"),
     ]:
@@ -326,9 +330,12 @@ def test_limits_are_validated_at_start_up(tmp_path):
             load_settings({**base, key: value}, environ={})
         assert key in str(caught.value)
     parsed = load_settings(base, environ={})
-    assert parsed.limits_max_requests_per_second > 0 and parsed.limits_max_queues > 0
+    # Off by default (docs/security.rst says why); 0 turns the burst to one second of the rate.
+    assert parsed.limits_max_requests_per_second == 0 and parsed.limits_max_burst == 0
+    assert parsed.limits_max_queues > 0
+    assert load_settings({**base, "queuey.limits.max_burst": "0"}, environ={}).limits_max_burst == 0
     path = tmp_path / "apps.ini"
-    path.write_text("[application:a]\nkeys = plain:k\nmax_burst = 0\n", encoding="utf-8")
+    path.write_text("[application:a]\nkeys = plain:k\nmax_burst = -1\n", encoding="utf-8")
     with pytest.raises(ConfigurationError) as caught:
         load_applications(path, environ={})
     assert "[application:a]" in str(caught.value) and "max_burst" in str(caught.value)
@@ -390,3 +397,20 @@ def test_a_throttled_request_is_answered_after_the_hold(
     refused = client.get("/queue", headers=auth(test_apps.app), status=429)
     assert 0.3 <= time.monotonic() - started < 2
     assert refused.headers["Retry-After"] == "10"
+
+
+@pytest.mark.parametrize("ini", ["development.ini", "production.ini"])
+def test_the_shipped_files_do_not_cap_a_lone_application(ini):
+    """A default exists to keep tenants apart, not to cap one application
+    below the server's capacity (docs/security.rst): the request rate is off
+    as shipped, and so every request of an unlimited application takes no
+    bucket at all."""
+    import plaster
+
+    from queuey.core.quotas import default_limits
+
+    path = Path(__file__).resolve().parents[2] / ini
+    settings = load_settings(plaster.get_settings(str(path), "app:main"), environ={})
+    limits = default_limits(settings)
+    assert limits.requests_per_second == 0 and limits.burst == 0
+    assert limits.subscriptions == 100

@@ -17,7 +17,7 @@ of one keyspace run on many hosts.
 from __future__ import annotations
 
 from queuey.model import QueueMeta
-from queuey.storage.cassandra.session import boundary
+from queuey.storage.cassandra.session import P_WORK, boundary
 
 
 class CassandraFlow:
@@ -42,6 +42,18 @@ class CassandraFlow:
         membership, and while Cassandra cannot be reached."""
         return self._work.live_processes(self._connection)  # type: ignore[attr-defined]
 
-    def flow_buckets_path(self) -> str | None:
+    @boundary("subscriptions")
+    def subscriptions(self, queue: QueueMeta) -> list[str]:
+        """From the queue's subscriptions partition (one read)."""
+        c = self._connection()  # type: ignore[attr-defined]
+        rows = c.session.execute(
+            c.st.list_subscriptions,
+            (queue.incarnation,),
+            execution_profile=P_WORK,
+            timeout=self.config.request_timeout,  # type: ignore[attr-defined]
+        )
+        return sorted(row[0] for row in rows)
+
+    def flow_state_path(self) -> str | None:
         """``None``: the processes sharing a keyspace do not share a host."""
         return None

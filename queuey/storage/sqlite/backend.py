@@ -342,12 +342,25 @@ class SQLiteStorage(Storage):
             self._metadata_changes = SharedCounter(self.path, "queues.version")
         return self._metadata_changes
 
-    def flow_buckets_path(self) -> str | None:
-        """``<file>.flow`` beside the database, which every process sharing
+    def subscriptions(self, queue: QueueMeta) -> list[str]:
+        """From the subscriptions table (one indexed read)."""
+
+        def run() -> list[str]:
+            rows = self._reader().execute(
+                "SELECT subscription FROM subscriptions WHERE incarnation = ? "
+                "ORDER BY subscription",
+                (queue.incarnation,),
+            )
+            return [row[0] for row in rows]
+
+        return self._db.run(run)
+
+    def flow_state_path(self) -> str | None:
+        """``<file>.limits`` beside the database, which every process sharing
         the file can reach; ``None`` for an in-memory database."""
         if self.path in ("", ":memory:"):
             return None
-        return f"{self.path}.flow"
+        return f"{self.path}.limits"
 
     def close(self) -> None:
         self._sweeper.stop()
