@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` and `make test-fast`: the tests mostly wait
+# (on services, processes, timeouts), so a 2-core machine runs more than two at
+# once (tests/parallel.py shares the work out). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 4
 HARNESS := $(PY) -m harness
 
 .DEFAULT_GOAL := help
@@ -43,17 +47,17 @@ serve: $(STAMP) ## run Queuey on the embedded SQLite store at http://127.0.0.1:5
 	$(VENV)/bin/queuey schema upgrade -c development.ini
 	$(VENV)/bin/pserve development.ini
 
-test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test (the admin pages in headless Chromium too), stop them (even on failure)
+test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test on parallel workers (TEST_WORKERS=4) (the admin pages in headless Chromium too), stop them (even on failure)
 	@set -u; status=0; \
 	trap '$(HARNESS) stop-all' EXIT; \
 	$(HARNESS) cassandra start && $(HARNESS) zookeeper start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
-		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS) || status=$$?; \
 	fi; \
 	exit $$status
 
-test-fast: $(STAMP) ## run only the tests that need no external service
-	$(PY) -m pytest -m "not cassandra and not zookeeper and not spark" $(PYTEST_ARGS)
+test-fast: $(STAMP) ## run the quick tests: none that needs an external service or is marked slow (~2.5 min)
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not cassandra and not zookeeper and not spark and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check queuey harness tests bench examples

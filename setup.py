@@ -28,6 +28,7 @@ SPARK_REQUIRES = [
 TEST_REQUIRES = SPARK_REQUIRES + [
     "pytest>=8,<9",
     "pytest-timeout>=2.3,<3",
+    "pytest-xdist>=3.6,<4",  # make test: the suite on parallel workers (tests/parallel.py)
     "webtest>=3.0,<4",
     "psutil>=5.9",
     "hypothesis>=6.100,<7",

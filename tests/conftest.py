@@ -1,6 +1,20 @@
 """Session-wide fixtures: the real services, apps built through ``main()``,
 and per-test isolation (a fresh SQLite file, a fresh application name on the
-shared Cassandra keyspace, a fresh ZooKeeper chroot)."""
+shared Cassandra keyspace, a fresh ZooKeeper chroot).
+
+Parallel runs: ``make test`` runs the suite on pytest-xdist workers (``-n``;
+tests/parallel.py says how work is shared). A test is safe there when it
+takes what it shares from these fixtures: ``tmp_path`` for files (never the
+checkout's ``var/``), ``cassandra_settings`` / ``cassandra_storage`` (the
+worker's own keyspace), ``zookeeper_chroot``, ``test_apps``, and
+``free_port()`` or the live-server fixtures for ports (a worker's ports come
+from a block of its own); environment variables through ``monkeypatch``.
+Anything fixed (a port, a directory, a service of the test's own) is safe
+within one module, which one worker runs whole; tests of several modules
+that must not use a fixed resource at the same time share a mark,
+``pytest.mark.xdist_group("name")``; an expensive session fixture that
+several modules use belongs in ``tests.parallel.SHARED_FIXTURE_GROUPS``.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +25,11 @@ import webtest
 
 import queuey
 from queuey.clock import ManualClock
+from tests import parallel
 from tests.support import (
     CASSANDRA_KEYSPACE,
     NO_REFRESHER,
+    XDIST_WORKER,
     TestApps,
     cassandra_settings_for,
     server_settings,
@@ -41,6 +57,29 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line("    " + line)
 
 
+# -- parallel runs (pytest-xdist; see the module docstring) ----------------------------
+def pytest_configure(config) -> None:
+    if XDIST_WORKER:
+        config.option.loadgroup = True  # xdist adds a marked test's group to its node id
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    if XDIST_WORKER:
+        parallel.assign_groups(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session) -> None:
+    if XDIST_WORKER:  # after pytest's own reordering, before xdist reports the order
+        parallel.order_by_cost(session.items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return None if config.getvalue("dist") == "each" else parallel.make_scheduler(config, log)
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -58,7 +97,7 @@ def cassandra_cluster():
 @pytest.fixture(scope="session")
 def cassandra_settings(cassandra_cluster) -> dict[str, str]:
     """Settings for the test keyspace, dropped once per session so each run
-    starts from the schema the code creates."""
+    starts from the schema the code creates (under xdist: each worker's own)."""
     from cassandra.cluster import Cluster
 
     from harness.cassandra import PROTOCOL_VERSION, connection_class

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import random
 import socket
 import time
 from collections.abc import Callable
@@ -19,8 +21,16 @@ REMOTE_KEY = "remote-key"  # valid only from 10.0.0.0/8
 SQS_SECRET = "test-sqs-secret"  # the test application's SigV4 secret for the SQS endpoint
 REMOTE_SQS_SECRET = "remote-sqs-secret"  # the remote application's (secrets are never shared)
 
-#: Runs that share one Cassandra node at once (parallel checkouts) each set their own.
-CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test")
+#: The pytest-xdist worker this process is ("gw0", "gw1"...), "" without ``-n``.
+#: xdist sets it before any conftest is imported, so module constants may use it.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+WORKER_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER[2:].isdigit() else 0
+
+#: Runs that share one Cassandra node at once (parallel checkouts) each set their own;
+#: under xdist each worker has its own (``queuey_test_gw0``...), dropped when it starts.
+CASSANDRA_KEYSPACE = os.environ.get("QUEUEY_TEST_KEYSPACE", "queuey_test") + (
+    f"_{XDIST_WORKER}" if XDIST_WORKER else ""
+)
 
 APPLICATIONS_INI = """
 [application:{app}]
@@ -168,8 +178,29 @@ def server_settings(request, applications_file, backend: str, sqlite_path) -> di
     return base
 
 
+#: Under xdist, worker ``n`` hands out ports from a block of its own below the
+#: kernel's ephemeral range (32768 and up): two workers never pick the same
+#: port, and no client connection's local port takes one between the pick and
+#: the server's bind. The blocks stay clear of the harness's fixed ports (12181,
+#: 12381+, 17000-17699, 19042-19642).
+WORKER_PORTS_START = 20000
+WORKER_PORTS_SPAN = 800
+_worker_ports = itertools.count(random.randrange(WORKER_PORTS_SPAN))
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on right now (from this worker's block under xdist)."""
+    if not XDIST_WORKER:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    first = WORKER_PORTS_START + (WORKER_INDEX % 15) * WORKER_PORTS_SPAN
+    for _ in range(WORKER_PORTS_SPAN):
+        port = first + next(_worker_ports) % WORKER_PORTS_SPAN
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR: skips TIME_WAIT too
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}..{first + WORKER_PORTS_SPAN - 1}")

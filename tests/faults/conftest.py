@@ -27,12 +27,13 @@ import pytest
 import requests
 
 from queuey.client import ClientError, OutgoingMessage, QueueyClient, Unavailable
-from tests.support import KEY, free_port, server_settings, wait_until
+from tests.support import KEY, WORKER_INDEX, free_port, server_settings, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The ZooKeeper this module's tests may stop and start (never the shared 12181).
-OWN_ZOOKEEPER_PORT = 12381
+#: The ZooKeeper this module's tests may stop and start (never the shared 12181):
+#: 12381, and under xdist 12381 + the worker's number, so workers never share it.
+OWN_ZOOKEEPER_PORT = 12381 + WORKER_INDEX
 
 NODE_INI = """\
 [app:main]

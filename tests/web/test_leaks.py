@@ -40,7 +40,11 @@ def test_metrics_labels_stay_bounded_whatever_the_method_and_path(sqlite_app):
         lambda apps: {**apps.reader, "ApplicationKey": "wrong"},
     ],
 )
-@pytest.mark.parametrize("suffix", ["", "/info", "/messages/1:" + uuid.uuid1().hex])
+@pytest.mark.parametrize(
+    "suffix",
+    ["", "/info", "/messages/1:" + uuid.uuid1().hex],
+    ids=["queue", "info", "message"],  # the same ids in every process (xdist workers)
+)
 def test_a_private_queue_looks_like_a_missing_one_to_who_may_not_read_it(app, make_headers, suffix):
     create(app, "secret", type="private")
     headers = make_headers(app.apps)
