@@ -290,9 +290,19 @@ def build_flow(
     def share() -> float:
         return 1.0 if host else server_share()
 
+    made: dict[int, tuple[object, AppLimits]] = {}
+
     def app_limits(application: str) -> AppLimits:
-        limits = quotas.limits(application)
-        return AppLimits(limits.posts_per_second, limits.messages, limits.bytes)
+        limits = quotas.limits(application)  # the same object while unchanged
+        found = made.get(id(limits))
+        if found is None or found[0] is not limits:
+            if len(made) > 10_000:
+                made.clear()
+            found = made[id(limits)] = (
+                limits,
+                AppLimits(limits.posts_per_second, limits.messages, limits.bytes),
+            )
+        return found[1]
 
     return FlowControl(
         clock,
