@@ -48,7 +48,11 @@ from tests.faults.test_work_queue import assert_invariants, post_keys, queue_nam
 from tests.faults.work_queue_support import Consumer, FailoverHttp, HttpError, WorkLog, always
 from tests.support import server_settings, wait_until
 
-pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
+# Alone: a frozen owner's takeover is timed against its term (4 s); beside the
+# parallel suite's load (3-node cluster, Spark, at load 17 on 2 cores) a run
+# left leases answered on waking undelivered past its 60 s drain (see
+# docs/development.rst, "Parallel runs").
+pytestmark = [pytest.mark.cassandra, pytest.mark.slow, pytest.mark.alone]
 
 TERM = 4  # queuey.cassandra.owner_term, seconds (3 at least)
 PARTITIONS = 8

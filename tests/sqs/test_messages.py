@@ -308,6 +308,18 @@ def test_dead_letters_and_move_task(client, queue):
     client.change_message_visibility(
         QueueUrl=dead, ReceiptHandle=letter["ReceiptHandle"], VisibilityTimeout=0
     )
+    # The dead letter is readable as soon as it is stored, a moment before its
+    # source is finished with it (its claim acknowledged): a move in between
+    # leaves it where it is. Start the move once the source holds nothing in flight.
+    wait_until(
+        lambda: (
+            client.get_queue_attributes(
+                QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+            )["Attributes"]["ApproximateNumberOfMessagesNotVisible"]
+            == "0"
+        ),
+        what="the source to finish dead-lettering",
+    )
     handle = client.start_message_move_task(SourceArn=dead_arn)["TaskHandle"]
     task = wait_until(
         lambda: [

@@ -105,12 +105,11 @@ def test_close_stops_the_sweeper(tmp_path, clock):
     store = SQLiteStorage(tmp_path / "db.sqlite3", clock, sweep_interval=0.01)
     queue = store.create_queue(QueueMeta(application="a", name="q"))
     store.put_messages(queue, [NewMessage("{}", 1, 60)])
+    # This store's own thread: other tests in this process may have sweepers of their own.
+    thread = store._sweeper._thread
+    assert thread is not None and thread.is_alive()
     store.close()
-    wait_until(
-        lambda: not any(t.name.startswith("queuey-sqlite-sweeper") for t in threading.enumerate()),
-        DEADLINE,
-        "the sweeper thread to end",
-    )
+    wait_until(lambda: not thread.is_alive(), DEADLINE, "the sweeper thread to end")
 
 
 @pytest.mark.parametrize(
