@@ -154,23 +154,17 @@ class Lengths:
         would take the queue past ``max_length`` or the application past
         ``max_messages`` / ``max_bytes`` (0: no such limit): then nothing is
         counted and the :class:`Refusal` says which."""
+        limits = (max_length, max_messages, max_bytes)
         with self.tables.of(meta.application).locked() as table:
             index = self._slot(table, meta)
             values = list(table.read(index))
-            if max_length:
-                length = self._length(tuple(values), meta, share)
-                if length + count > max_length:
-                    return Refusal("max_length", length, max_length)
-            if max_messages or max_bytes:
-                stored, stored_bytes = self._usage(table.read(self._usage_slot(table)), share)
-                if max_messages and stored + count > max_messages:
-                    return Refusal("max_messages", stored, max_messages)
-                if max_bytes and stored_bytes + size > max_bytes:
-                    return Refusal("max_bytes", stored_bytes, max_bytes)
-            values[_POSTED] += count
-            values[_POSTED_BYTES] += size
-            self._change(table, index, values)
-        return None
+            sums = table.read(self._usage_slot(table))
+            refusal = self._refusal(tuple(values), sums, meta, count, size, limits, share)
+            if refusal is None:
+                values[_POSTED] += count
+                values[_POSTED_BYTES] += size
+                self._change(table, index, values)
+        return refusal
 
     def check(
         self,
@@ -184,20 +178,36 @@ class Lengths:
         share: float = 1.0,
     ) -> Refusal | None:
         """What :meth:`admit` would answer now, counting nothing."""
+        limits = (max_length, max_messages, max_bytes)
         with self.tables.of(meta.application).locked() as table:
             index = table.find(_queue(meta.name))
-            if max_length and index is not None:
-                length = self._length(table.read(index), meta, share)
-                if length + count > max_length:
-                    return Refusal("max_length", length, max_length)
-            elif max_length and count > max_length:
-                return Refusal("max_length", 0, max_length)
             usage = table.find(_USAGE)
-            stored, stored_bytes = self._usage(table.read(usage), share) if usage else (0, 0)
-            if max_messages and stored + count > max_messages:
-                return Refusal("max_messages", stored, max_messages)
-            if max_bytes and stored_bytes + size > max_bytes:
-                return Refusal("max_bytes", stored_bytes, max_bytes)
+            values = table.read(index) if index is not None else (0.0,) * _FIELDS
+            sums = table.read(usage) if usage is not None else (0.0,) * _FIELDS
+            return self._refusal(values, sums, meta, count, size, limits, share)
+
+    def _refusal(
+        self,
+        values: tuple[float, ...],
+        sums: tuple[float, ...],
+        meta: QueueMeta,
+        count: int,
+        size: int,
+        limits: tuple[int, int, int],
+        share: float,
+    ) -> Refusal | None:
+        """Which limit a post would pass, from the queue's slot and its
+        application's sums (0: no such limit)."""
+        max_length, max_messages, max_bytes = limits
+        if max_length:
+            length = self._length(values, meta, share)
+            if length + count > max_length:
+                return Refusal("max_length", length, max_length)
+        stored, stored_bytes = self._usage(sums, share)
+        if max_messages and stored + count > max_messages:
+            return Refusal("max_messages", stored, max_messages)
+        if max_bytes and stored_bytes + size > max_bytes:
+            return Refusal("max_bytes", stored_bytes, max_bytes)
         return None
 
     def unpost(self, meta: QueueMeta, count: int, size: int) -> None:
