@@ -105,15 +105,22 @@ FULL_RETRY = 5
 @dataclass
 class Admission:
     """A post flow control let pass: its ``messages`` as they may be stored
-    (a fair queue's with their lanes). Call :meth:`undo` if they were not."""
+    (a fair queue's with their lanes). Call :meth:`stored` once they are
+    written, :meth:`undo` if they were not."""
 
     messages: list[NewMessage]
-    _undo: Callable[[], None] | None = field(default=None, repr=False)
+    _settle: Callable[[bool], None] | None = field(default=None, repr=False)
+
+    def stored(self) -> None:
+        self._end(True)
 
     def undo(self) -> None:
-        undo, self._undo = self._undo, None
-        if undo is not None:
-            undo()
+        self._end(False)
+
+    def _end(self, stored: bool) -> None:
+        settle, self._settle = self._settle, None
+        if settle is not None:
+            settle(stored)
 
 
 @dataclass(frozen=True)
@@ -213,34 +220,33 @@ class FlowControl:
             static = self._static_refusal(queue, flow, limits, messages)
             if static is not None:
                 raise self._refuse(queue, static)
-        undo = None
+        settle = None
         if self.counted(queue, flow, limits):
-            size = body_bytes(messages)
-            refusal = self.lengths.admit(
+            counted = self.lengths.admit(
                 queue,
                 count,
-                size,
+                body_bytes(messages),
                 max_length=0 if internal or flow.overflow != "reject" else flow.max_length,
                 max_messages=limits.messages,
                 max_bytes=limits.bytes,
                 share=self._part(),
             )
-            if refusal is not None:
-                raise self._refuse(queue, self._full(queue, refusal))
+            if isinstance(counted, Refusal):
+                raise self._refuse(queue, self._full(queue, counted))
 
-            def undo() -> None:
-                self.lengths.unpost(queue, count, size)
+            def settle(stored: bool) -> None:
+                (self.lengths.settle if stored else self.lengths.unpost)(queue, counted)
 
         if not internal:
             try:
                 self._take_rates(queue, flow, limits, count)
             except FlowRefused:
-                if undo is not None:
-                    undo()
+                if settle is not None:
+                    settle(False)
                 raise
             if flow.fair and not queue.fifo:
-                return Admission(self._laned(queue, messages), undo)
-        return Admission(list(messages), undo)
+                return Admission(self._laned(queue, messages), settle)
+        return Admission(list(messages), settle)
 
     def refusal(self, queue: QueueMeta, count: int, size: int) -> FlowRefused | None:
         """The refusal a post of ``count`` messages of ``size`` body bytes

@@ -27,6 +27,11 @@ What the figure may get wrong, and which way (over: a refusal may come
 early; under: the queue may hold more than its limit):
 
 * A post counted while a measurement scans may be in the scan too: over.
+* A post counted but not yet written when a measurement marks may be missing
+  from its scan: so it stays *pending* (:class:`Counted`) until its writer
+  settles it, and a mark leaves the pending posts out: they count as posts
+  since, written or not (over, never under). A writer that died before
+  settling leaves its post pending for one to two :data:`PENDING_SECONDS`.
 * Messages deleted, expired, or deduplicated since the measurement still count
   until the next one: over.
 * Posts of processes that do not share the table (other API nodes on
@@ -54,9 +59,15 @@ from queuey.model import QueueMeta
 
 # A queue's slot: posted, posted bytes, measured depth, measured bytes, the
 # mark (posted when measured), its bytes, the measured incarnation's tag, when
-# measured (micros), and when last touched (seconds).
+# measured (micros), when last touched (seconds), then the posts pending
+# (counted, not yet written): two (epoch, count, bytes) triples, one per
+# parity of the epoch they were counted in.
 _POSTED, _POSTED_BYTES, _DEPTH, _SIZE, _MARK, _MARK_BYTES, _TAG, _AT, _TOUCHED = range(9)
-_FIELDS = 9
+_PENDING = 9
+_FIELDS = 15
+#: A pending post's epoch: one not settled within one to two of them (its
+#: writer died) stops being pending. Far longer than any store write takes.
+PENDING_SECONDS = 60.0
 # The application's slot: the sums of its queues' depths, bytes, posts since
 # their marks and those posts' bytes.
 _USAGE = "\x00usage"
@@ -80,6 +91,15 @@ def _contribution(values: tuple[float, ...]) -> tuple[float, float, float, float
         values[_POSTED] - values[_MARK],
         values[_POSTED_BYTES] - values[_MARK_BYTES],
     )
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A post :meth:`Lengths.admit` counted: pending until settled (or unposted)."""
+
+    count: int
+    size: int
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -149,22 +169,30 @@ class Lengths:
         max_messages: int = 0,
         max_bytes: int = 0,
         share: float = 1.0,
-    ) -> Refusal | None:
-        """Count a post of ``count`` messages of ``size`` bytes, unless it
-        would take the queue past ``max_length`` or the application past
-        ``max_messages`` / ``max_bytes`` (0: no such limit): then nothing is
-        counted and the :class:`Refusal` says which."""
+    ) -> Refusal | Counted:
+        """Count a post of ``count`` messages of ``size`` bytes, pending until
+        :meth:`settle` (written) or :meth:`unpost` (not), unless it would take
+        the queue past ``max_length`` or the application past ``max_messages``
+        / ``max_bytes`` (0: no such limit): then nothing is counted and the
+        :class:`Refusal` says which."""
         limits = (max_length, max_messages, max_bytes)
+        epoch = int(self.now() // PENDING_SECONDS)
         with self.tables.of(meta.application).locked() as table:
             index = self._slot(table, meta)
             values = list(table.read(index))
             sums = table.read(self._usage_slot(table))
             refusal = self._refusal(tuple(values), sums, meta, count, size, limits, share)
-            if refusal is None:
-                values[_POSTED] += count
-                values[_POSTED_BYTES] += size
-                self._change(table, index, values)
-        return refusal
+            if refusal is not None:
+                return refusal
+            values[_POSTED] += count
+            values[_POSTED_BYTES] += size
+            base = _PENDING + 3 * (epoch % 2)
+            if values[base] != epoch:  # the triple two epochs old: forgotten
+                values[base : base + 3] = [float(epoch), 0.0, 0.0]
+            values[base + 1] += count
+            values[base + 2] += size
+            self._change(table, index, values)
+        return Counted(count, size, epoch)
 
     def check(
         self,
@@ -210,25 +238,50 @@ class Lengths:
             return Refusal("max_bytes", stored_bytes, max_bytes)
         return None
 
-    def unpost(self, meta: QueueMeta, count: int, size: int) -> None:
+    def settle(self, meta: QueueMeta, counted: Counted) -> None:
+        """A post counted by :meth:`admit` is written: no longer pending."""
+        self._settle(meta, counted, unpost=False)
+
+    def unpost(self, meta: QueueMeta, counted: Counted) -> None:
         """A post counted by :meth:`admit` was not stored (its write failed)."""
+        self._settle(meta, counted, unpost=True)
+
+    def _settle(self, meta: QueueMeta, counted: Counted, unpost: bool) -> None:
         with self.tables.of(meta.application).locked() as table:
             index = table.find(_queue(meta.name))
-            if index is not None:
-                values = list(table.read(index))
-                values[_POSTED] -= count
-                values[_POSTED_BYTES] -= size
-                self._change(table, index, values)
+            if index is None:
+                return
+            values = list(table.read(index))
+            if unpost:
+                values[_POSTED] -= counted.count
+                values[_POSTED_BYTES] -= counted.size
+            base = _PENDING + 3 * (counted.epoch % 2)
+            if values[base] == counted.epoch:
+                values[base + 1] = max(0.0, values[base + 1] - counted.count)
+                values[base + 2] = max(0.0, values[base + 2] - counted.size)
+            self._change(table, index, values)
+
+    def _pending(self, values: tuple[float, ...]) -> tuple[float, float]:
+        """The queue's posts counted but not yet written (nor forgotten)."""
+        epoch = int(self.now() // PENDING_SECONDS)
+        count = size = 0.0
+        for base in (_PENDING, _PENDING + 3):
+            if epoch - 1 <= values[base] <= epoch:
+                count += values[base + 1]
+                size += values[base + 2]
+        return count, size
 
     # -- measurements ----------------------------------------------------------------
     def mark(self, meta: QueueMeta) -> tuple[int, int]:
-        """The queue's posts and their bytes now: read them *before* scanning it."""
+        """The queue's posts and their bytes now, but for those pending (the
+        scan may miss them): read them *before* scanning it."""
         with self.tables.of(meta.application).locked() as table:
             index = table.find(_queue(meta.name))
             if index is None:
                 return 0, 0
             values = table.read(index)
-            return int(values[_POSTED]), int(values[_POSTED_BYTES])
+            count, size = self._pending(values)
+            return int(values[_POSTED] - count), int(values[_POSTED_BYTES] - size)
 
     def measured(
         self,

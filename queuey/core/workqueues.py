@@ -168,6 +168,7 @@ class WorkQueues:
         except BaseException:
             admitted.undo()
             raise
+        admitted.stored()
         self.on_posted(queue, len(stored))
         if any(message.delay == 0 for message in messages):
             self.on_available(queue.application, queue.name)

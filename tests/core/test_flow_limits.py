@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from queuey.applications import load_applications
 from queuey.core.flow import AppLimits, FlowControl, QueueFull, QuotaExceeded
-from queuey.core.lengths import Lengths
+from queuey.core.lengths import PENDING_SECONDS, Counted, Lengths
 from queuey.core.metrics import Metrics
 from queuey.core.overview import Overview
 from queuey.core.queues import Queues
@@ -178,12 +178,15 @@ def test_lengths_are_the_measurement_plus_the_posts_counted_since():
     lengths = Lengths()
     meta = QueueMeta("app", "q", incarnation="one")
     assert lengths.length(meta) is None and lengths.usage("app") is None
-    assert lengths.admit(meta, 3, 300) is None
+    counted = lengths.admit(meta, 3, 300)
+    assert (counted.count, counted.size) == (3, 300)
     assert lengths.length(meta) == 3  # not measured yet: its posts
+    assert lengths.mark(meta) == (0, 0)  # not written yet: the scan may miss them
+    lengths.settle(meta, counted)
     mark = lengths.mark(meta)
     assert mark == (3, 300)
     lengths.measured(meta, 10, 1000, mark, at_micros=2)
-    lengths.admit(meta, 2, 200)
+    lengths.settle(meta, lengths.admit(meta, 2, 200))
     assert lengths.length(meta) == 12
     assert lengths.usage("app") == (12, 1000 + 200)  # the posts' own bytes
     # One of two servers taking posts: the other is reckoned to post alike.
@@ -207,14 +210,42 @@ def test_admission_counts_and_refuses_in_one_step():
     meta = QueueMeta("app", "q", incarnation="one")
     assert lengths.admit(meta, 41, 41, max_messages=40).field == "max_messages"
     assert lengths.usage("app") == (0, 0)  # nothing counted
-    assert lengths.admit(meta, 40, 4000, max_messages=40, max_bytes=4000) is None
+    counted = lengths.admit(meta, 40, 4000, max_messages=40, max_bytes=4000)
+    assert isinstance(counted, Counted)
     refusal = lengths.admit(meta, 1, 1, max_messages=40)
     assert (refusal.field, refusal.stored, refusal.limit) == ("max_messages", 40, 40)
     refusal = lengths.admit(meta, 0, 1, max_bytes=4000)
     assert (refusal.field, refusal.stored) == ("max_bytes", 4000)
-    lengths.unpost(meta, 40, 4000)  # the write failed
+    lengths.unpost(meta, counted)  # the write failed
     assert lengths.usage("app") == (0, 0)
     assert lengths.admit(meta, 3, 3, max_length=2).field == "max_length"
+
+
+def test_a_post_not_yet_written_when_measured_still_counts():
+    """A post counted before a measurement's mark but written after its scan
+    is in neither the scan nor the posts since unless it is pending: it stays
+    counted until written, and one whose writer died is forgotten after one
+    to two epochs."""
+    now = [0.0]
+    lengths = Lengths(now=lambda: now[0])
+    meta = QueueMeta("app", "q", incarnation="one")
+    lengths.settle(meta, lengths.admit(meta, 5, 50))
+    slow = lengths.admit(meta, 2, 20, max_messages=7)  # its write is under way
+    mark = lengths.mark(meta)
+    lengths.measured(meta, 5, 50, mark, at_micros=1)  # the scan missed it
+    assert lengths.usage("app") == (7, 70)
+    assert lengths.admit(meta, 1, 1, max_messages=7).field == "max_messages"
+    lengths.settle(meta, slow)  # written: the next scan sees it
+    lengths.measured(meta, 7, 70, lengths.mark(meta), at_micros=2)
+    assert lengths.usage("app") == (7, 70)
+    dead = lengths.admit(meta, 3, 30)  # its writer is killed: never settled
+    lengths.measured(meta, 7, 70, lengths.mark(meta), at_micros=3)
+    assert lengths.usage("app") == (10, 100)  # over until forgotten, never under
+    now[0] = 2 * PENDING_SECONDS
+    lengths.measured(meta, 7, 70, lengths.mark(meta), at_micros=4)
+    assert lengths.usage("app") == (7, 70)
+    lengths.settle(meta, dead)  # late: changes nothing
+    assert lengths.usage("app") == (7, 70)
 
 
 def test_a_purge_empties_the_length_for_every_process(tmp_path):
@@ -225,7 +256,7 @@ def test_a_purge_empties_the_length_for_every_process(tmp_path):
     fresh = QueueMeta("app", "q", incarnation="two")
     processes[0].purged(fresh, at_micros=10)
     assert processes[1].length(fresh) == 0
-    assert processes[1].admit(fresh, 5, 5, max_length=5) is None
+    assert isinstance(processes[1].admit(fresh, 5, 5, max_length=5), Counted)
     for lengths in processes:
         lengths.close()
 
@@ -236,8 +267,8 @@ def test_the_processes_of_a_server_count_each_other_posts(tmp_path):
     workers = [Lengths(tmp_path) for _ in range(2)]
     refresher = Lengths(tmp_path)
     meta = QueueMeta("app", "q", incarnation="one")
-    workers[0].admit(meta, 5, 500)
-    workers[1].admit(meta, 3, 300)
+    workers[0].settle(meta, workers[0].admit(meta, 5, 500))
+    workers[1].settle(meta, workers[1].admit(meta, 3, 300))
     mark = refresher.mark(meta)
     refresher.measured(meta, 8, 800, mark, at_micros=1)
     workers[1].admit(meta, 4, 400)
@@ -269,8 +300,10 @@ def test_a_worker_adds_the_posts_since_to_the_refresher_figures(sqlite_storage, 
     worker.stored_quota = refresher.stored_quota = lambda application: (0, 10**6)
 
     def post(count: int) -> None:
-        assert worker_lengths.admit(meta, count, count * SIZE, max_length=9) is None
+        counted = worker_lengths.admit(meta, count, count * SIZE, max_length=9)
+        assert isinstance(counted, Counted)
         sqlite_storage.put_messages(meta, [NewMessage(BODY, 1, 3600)] * count)
+        worker_lengths.settle(meta, counted)
 
     post(2)
     refresher.refresh_pass()
