@@ -176,7 +176,7 @@ class Lengths:
         / ``max_bytes`` (0: no such limit): then nothing is counted and the
         :class:`Refusal` says which."""
         limits = (max_length, max_messages, max_bytes)
-        epoch = int(self.now() // PENDING_SECONDS)
+        epoch = self._epoch()
         with self.tables.of(meta.application).locked() as table:
             index = self._slot(table, meta)
             values = list(table.read(index))
@@ -186,7 +186,7 @@ class Lengths:
                 return refusal
             values[_POSTED] += count
             values[_POSTED_BYTES] += size
-            base = _PENDING + 3 * (epoch % 2)
+            base = _pending_at(epoch)
             if values[base] != epoch:  # the triple two epochs old: forgotten
                 values[base : base + 3] = [float(epoch), 0.0, 0.0]
             values[base + 1] += count
@@ -255,17 +255,20 @@ class Lengths:
             if unpost:
                 values[_POSTED] -= counted.count
                 values[_POSTED_BYTES] -= counted.size
-            base = _PENDING + 3 * (counted.epoch % 2)
+            base = _pending_at(counted.epoch)
             if values[base] == counted.epoch:
                 values[base + 1] = max(0.0, values[base + 1] - counted.count)
                 values[base + 2] = max(0.0, values[base + 2] - counted.size)
             self._change(table, index, values)
 
+    def _epoch(self) -> int:
+        return int(self.now() // PENDING_SECONDS)
+
     def _pending(self, values: tuple[float, ...]) -> tuple[float, float]:
         """The queue's posts counted but not yet written (nor forgotten)."""
-        epoch = int(self.now() // PENDING_SECONDS)
+        epoch = self._epoch()
         count = size = 0.0
-        for base in (_PENDING, _PENDING + 3):
+        for base in (_pending_at(epoch), _pending_at(epoch - 1)):
             if epoch - 1 <= values[base] <= epoch:
                 count += values[base + 1]
                 size += values[base + 2]
@@ -354,6 +357,11 @@ class Lengths:
 
     def close(self) -> None:
         self.tables.close()
+
+
+def _pending_at(epoch: int) -> int:
+    """Where a slot keeps the posts pending from ``epoch``: its parity's triple."""
+    return _PENDING + 3 * (epoch % 2)
 
 
 def _scaled(since: float, share: float) -> int:
