@@ -252,13 +252,15 @@ class Lengths:
             if index is None:
                 return
             values = list(table.read(index))
-            if unpost:
-                values[_POSTED] -= counted.count
-                values[_POSTED_BYTES] -= counted.size
             base = _pending_at(counted.epoch)
             if values[base] == counted.epoch:
                 values[base + 1] = max(0.0, values[base + 1] - counted.count)
                 values[base + 2] = max(0.0, values[base + 2] - counted.size)
+            if not unpost:  # the application's sums do not change
+                table.write(index, values)
+                return
+            values[_POSTED] -= counted.count
+            values[_POSTED_BYTES] -= counted.size
             self._change(table, index, values)
 
     def _epoch(self) -> int:
