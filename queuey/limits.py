@@ -22,6 +22,10 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_INT_DIGITS = 1000
 #: Longest ``partition_key``.
 MAX_PARTITION_KEY = 1000
+#: Highest ``priority`` (0 is the default and the lowest).
+MAX_PRIORITY = 9
+#: Longest ``dedup_id``.
+MAX_DEDUP_ID = 128
 
 # -- work queues (docs/api.rst, "Work queues") -----------------------------------
 #: Most messages one ``reserve`` leases.

@@ -181,3 +181,28 @@ def test_layers_import_only_downwards(layer):
 def test_the_checker_sees_a_loop():
     graph = defaultdict(set, {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+#: What the client library may import besides itself: the shared rules
+#: (``queuey/*.py``), the vocabulary and the wire models. It talks HTTP; the
+#: server's storage, core and doors are not installed where it runs.
+CLIENT_MAY_IMPORT = ("queuey.model", "queuey.wire")
+
+
+def _client_may_import(target: str) -> bool:
+    if target == "queuey" or target.startswith("queuey.client"):
+        return True
+    if any(target == p or target.startswith(p + ".") for p in CLIENT_MAY_IMPORT):
+        return True
+    return target.count(".") == 1 and not (PACKAGE / target.split(".")[1]).is_dir()
+
+
+def test_the_client_imports_no_server_layer():
+    reached = sorted(
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if name.startswith("queuey.client")
+        for target in targets
+        if not _client_may_import(target)
+    )
+    assert reached == []

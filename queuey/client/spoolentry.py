@@ -17,8 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from queuey.core.messages import MAX_DEDUP_ID, MAX_PRIORITY
-from queuey.limits import MAX_PARTITION_KEY
+from queuey.limits import MAX_DEDUP_ID, MAX_PARTITION_KEY, MAX_PRIORITY
 
 #: Queue names the service takes (docs/api.rst, "Limits").
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,50}")

@@ -20,14 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from queuey import jsonio
+from queuey.limits import MAX_DEDUP_ID, MAX_PRIORITY
 from queuey.model import NewMessage, QueueMeta
 from queuey.model.flow import GROUP_KEY, valid_group
 from queuey.placement import partition_for_key
 
-#: Highest ``priority`` (0 is the default and the lowest).
-MAX_PRIORITY = 9
-#: Longest ``dedup_id``.
-MAX_DEDUP_ID = 128
 
 #: The rules :class:`InvalidMessage` names. ``queue_delay``: the queue's delay,
 #: taken because none was given, is longer than the message's ttl.
