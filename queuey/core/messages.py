@@ -25,7 +25,6 @@ from queuey.model import NewMessage, QueueMeta
 from queuey.model.flow import GROUP_KEY, valid_group
 from queuey.placement import partition_for_key
 
-
 #: The rules :class:`InvalidMessage` names. ``queue_delay``: the queue's delay,
 #: taken because none was given, is longer than the message's ttl.
 Rule = Literal[
