@@ -5,12 +5,16 @@ other pages point at modules, classes and functions by their dotted names.
 Code moves; these tests fail on the first cited name that no longer imports,
 so a page cannot keep describing code that is gone. No server, no Sphinx
 build: each name is imported (its longest importable module prefix) and the
-rest is resolved attribute by attribute.
+rest is resolved attribute by attribute. A name that is a whole module is
+found by its file and not imported: some modules act when imported
+(:mod:`queuey.wsgi` builds the app and marks its process as one of several
+workers), and a test must not change the process the next test runs in.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -18,7 +22,8 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 #: ``:func:`queuey.x.y```, ``:class:`~queuey.x.Y```, ``:meth:`title <queuey.x.Y.z>```.
 ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj):`([^`]+)`")
@@ -46,9 +51,24 @@ def cited_names() -> list[tuple[str, str]]:
     return sorted(found)
 
 
+def module_file(dotted: str) -> Path | None:
+    """The file of the package's module ``dotted`` names, if it names one."""
+    relative = Path(*dotted.split("."))
+    for candidate in (ROOT / relative / "__init__.py", (ROOT / relative).with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def resolve(dotted: str) -> object:
-    """The object a dotted name names: the longest prefix that imports as a
+    """The object a dotted name names: a module of the package by its spec
+    (not imported, see above); else the longest prefix that imports as a
     module, then attributes. Raises ``LookupError`` naming what is missing."""
+    if module_file(dotted) is not None:
+        spec = importlib.util.find_spec(dotted)
+        if spec is None:
+            raise LookupError(f"{dotted} has a file but no module spec")
+        return spec
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         module_name = ".".join(parts[:cut])
@@ -101,3 +121,11 @@ def test_resolve_names_what_is_missing():
     assert resolve("queuey.model.QueueMeta") is importlib.import_module("queuey.model").QueueMeta
     with pytest.raises(LookupError, match="no attribute 'Nothing'"):
         resolve("queuey.model.Nothing")
+
+
+def test_a_cited_module_is_found_without_importing_it():
+    import sys
+
+    sys.modules.pop("queuey.wsgi", None)
+    assert resolve("queuey.wsgi").name == "queuey.wsgi"
+    assert "queuey.wsgi" not in sys.modules
