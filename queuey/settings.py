@@ -13,63 +13,13 @@ import ipaddress
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from queuey import ids
-from queuey.coerce import as_bool, as_list
+from queuey.coerce import as_list
 from queuey.errors import ConfigurationError
-
-T = TypeVar("T")
-
-DEFAULTS: dict[str, str] = {
-    "queuey.storage.backend": "queuey.storage.sqlite",
-    "queuey.sqlite.path": "var/queuey.sqlite3",
-    "queuey.applications": "",
-    "queuey.read_delay": "0",
-    "queuey.max_clock_skew": "0",
-    "queuey.default_ttl": "259200",
-    "queuey.max_ttl": "2592000",
-    "queuey.max_partitions": "200",
-    "queuey.max_message_size": "1048576",
-    "queuey.max_batch_messages": "1000",
-    "queuey.max_batch_size": "4194304",
-    "queuey.max_form_size": "65536",
-    "queuey.trusted_proxies": "",
-    "queuey.metrics.allow": "127.0.0.0/8, ::1/128",
-    "queuey.zookeeper.hosts": "",
-    "queuey.retry_after": "5",
-    "queuey.metadata_cache_seconds": "1",
-    "queuey.dedup_window": "300",
-    "queuey.reserve.max_waiting": "64",
-    "queuey.reserve.poll_interval": "0.5",
-    "queuey.limits.max_requests_per_second": "0",
-    "queuey.limits.max_burst": "0",
-    "queuey.limits.max_waiting_polls": "",  # half of queuey.reserve.max_waiting
-    "queuey.limits.max_queues": "1000",
-    "queuey.limits.max_subscriptions": "100",
-    "queuey.limits.throttle_hold": "1",
-    "queuey.limits.max_posts_per_second": "0",
-    "queuey.limits.max_messages": "0",
-    "queuey.limits.max_bytes": "0",
-    "queuey.sqs.region": "us-east-1",
-    "queuey.sqs.regions": "*",
-    "queuey.sqs.partitions": "4",
-    "queuey.sqs.fifo_partitions": "16",
-    "queuey.stats.interval": "10",
-    "queuey.stats.max_age": "30",
-    "queuey.stats.budget": "2",
-    "queuey.stats.max_queues": "5000",
-    "queuey.groups.root": "/queuey/groups",
-    "queuey.schedules.interval": "1",
-    "queuey.schedules.limit": "100",
-    "queuey.flow.fair_threshold": "100",
-    "queuey.flow.keys_per_application": "4096",
-    "queuey.admin.enabled": "true",
-    "queuey.admin.secret": "",
-    "queuey.admin.secure_cookie": "false",
-    "queuey.admin.session_seconds": "3600",
-}
+from queuey.settingstable import Table, setting
 
 #: An AWS region name as it appears in an ARN.
 REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
@@ -106,97 +56,191 @@ def parse_networks(value: str) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(item, strict=False) for item in as_list(value))
 
 
+def _region(value: str) -> str:
+    if not REGION.match(value):
+        raise ValueError(f"{value!r} is not a region name")
+    return value
+
+
+def _regions(value: str) -> frozenset[str] | None:
+    """``*`` (any region) or region names, separated by spaces or commas."""
+    names = as_list(value)
+    return None if names == ("*",) else frozenset(_region(name) for name in names)
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("must start with /")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
-    """The validated settings the web layer uses."""
+    """The validated settings the web layer uses: the table :data:`SERVER`."""
 
-    storage_backend: str
-    applications_file: str
-    read_delay: float
-    max_clock_skew: float
-    default_ttl: int
-    max_ttl: int
-    max_partitions: int
-    max_message_size: int
-    max_batch_messages: int
-    max_batch_size: int
+    storage_backend: str = setting(
+        "queuey.storage.backend", "queuey.storage.sqlite", help="the storage module"
+    )
+    applications_file: str = setting(
+        "queuey.applications", "", help="path of the applications file (required)"
+    )
+    read_delay: float = setting(
+        "queuey.read_delay", "0", minimum=0, help="seconds; reads hide newer messages"
+    )
+    max_clock_skew: float = setting(
+        "queuey.max_clock_skew", "0", minimum=0, help="seconds of skew between API nodes"
+    )
+    default_ttl: int = setting(
+        "queuey.default_ttl", "259200", help="a queue's default message lifetime"
+    )
+    max_ttl: int = setting("queuey.max_ttl", "2592000", minimum=1, help="longest ttl")
+    max_partitions: int = setting(
+        "queuey.max_partitions", "200", minimum=1, help="most partitions of a queue"
+    )
+    max_message_size: int = setting(
+        "queuey.max_message_size", "1048576", minimum=64, help="bytes per message"
+    )
+    max_batch_messages: int = setting(
+        "queuey.max_batch_messages", "1000", minimum=1, help="messages per batch post"
+    )
+    max_batch_size: int = setting(
+        "queuey.max_batch_size", "4194304", minimum=1024, help="bytes per batch body"
+    )
     #: Largest body of any route that reads no message: the admin pages'
     #: forms (but posting a message), and every other path (:mod:`queuey.web.bodies`).
-    max_form_size: int
-    trusted_proxies: tuple[Network, ...]
-    metrics_allow: tuple[Network, ...]
-    zookeeper_hosts: str
-    retry_after: int
-    metadata_cache_seconds: float
-    #: Seconds a ``dedup_id`` is remembered (``queuey.dedup_window``).
-    dedup_window: int
+    max_form_size: int = setting(
+        "queuey.max_form_size", "65536", minimum=1024, maximum=2**24, help="bytes of other bodies"
+    )
+    trusted_proxies: tuple[Network, ...] = setting(
+        "queuey.trusted_proxies",
+        "",
+        parse=parse_networks,
+        help="CIDRs whose X-Forwarded-For counts",
+    )
+    metrics_allow: tuple[Network, ...] = setting(
+        "queuey.metrics.allow",
+        "127.0.0.0/8, ::1/128",
+        parse=parse_networks,
+        help="CIDRs that may read /metrics",
+    )
+    zookeeper_hosts: str = setting("queuey.zookeeper.hosts", "", help="ZooKeeper to check")
+    retry_after: int = setting(
+        "queuey.retry_after", "5", minimum=1, help="Retry-After of an unhealthy heartbeat"
+    )
+    metadata_cache_seconds: float = setting(
+        "queuey.metadata_cache_seconds", "1", minimum=0, help="how long queue metadata is kept"
+    )
+    dedup_window: int = setting(
+        "queuey.dedup_window",
+        "300",
+        minimum=1,
+        maximum=604800,
+        help="seconds a dedup_id is remembered (storage backends read it too)",
+    )
     #: Most ``reserve`` calls of this process that long-poll at once; one
     #: more answers at once (each waiting call holds a server thread).
-    reserve_max_waiting: int
+    reserve_max_waiting: int = setting(
+        "queuey.reserve.max_waiting", "64", minimum=0, maximum=10000, help="long polls at once"
+    )
     #: Longest pause, seconds, between a long poll's storage checks when no
     #: post on this process wakes it (delayed messages, other API nodes).
-    reserve_poll_interval: float
+    reserve_poll_interval: float = setting(
+        "queuey.reserve.poll_interval", "0.5", minimum=0.01, maximum=0.5, help="poll pause"
+    )
     #: Each application's share unless the applications file says otherwise
     #: (:mod:`queuey.core.quotas`; 0 turns a limit off): authenticated requests
     #: per second and the burst above that rate (0: one second of the rate),
     #: long polls waiting at once per process (unset: half of
     #: ``queuey.reserve.max_waiting``, so one application never holds every
-    #: slot), queues, subscriptions per queue.
-    limits_max_requests_per_second: float
-    limits_max_burst: int
-    limits_max_waiting_polls: int
-    limits_max_queues: int
-    limits_max_subscriptions: int
+    #: slot), queues, subscriptions per queue; its post rate and what it may
+    #: store (:mod:`queuey.core.flow`): messages posted per second, messages
+    #: and body bytes stored.
+    limits_max_requests_per_second: float = setting(
+        "queuey.limits.max_requests_per_second", "0", minimum=0, maximum=1_000_000
+    )
+    limits_max_burst: int = setting("queuey.limits.max_burst", "0", minimum=0, maximum=1_000_000)
+    limits_max_waiting_polls: int = setting(
+        "queuey.limits.max_waiting_polls", None, minimum=0, maximum=10_000
+    )
+    limits_max_queues: int = setting(
+        "queuey.limits.max_queues", "1000", minimum=0, maximum=10_000_000
+    )
+    limits_max_subscriptions: int = setting(
+        "queuey.limits.max_subscriptions", "100", minimum=0, maximum=100_000
+    )
+    limits_max_posts_per_second: float = setting(
+        "queuey.limits.max_posts_per_second", "0", minimum=0, maximum=1_000_000
+    )
+    limits_max_messages: int = setting(
+        "queuey.limits.max_messages", "0", minimum=0, maximum=1_000_000_000_000
+    )
+    limits_max_bytes: int = setting("queuey.limits.max_bytes", "0", minimum=0, maximum=2**50)
     #: Longest time, seconds, a throttled request is held before its 429 (on
     #: one of its application's waiting slots, so a client looping on refusals
     #: mostly waits instead of burning the server's CPU); 0: answered at once.
-    limits_throttle_hold: float
+    limits_throttle_hold: float = setting("queuey.limits.throttle_hold", "1", minimum=0, maximum=20)
     #: The home region: its SQS queues are the native queues of the same name.
-    sqs_region: str
+    sqs_region: str = setting("queuey.sqs.region", "us-east-1", parse=_region)
     #: The other regions SQS requests may be signed for, each its own namespace
     #: of queues; None: any region name.
-    sqs_regions: frozenset[str] | None
-    #: Partitions of a standard / FIFO queue created through the SQS endpoint.
-    sqs_partitions: int
-    sqs_fifo_partitions: int
+    sqs_regions: frozenset[str] | None = setting("queuey.sqs.regions", "*", parse=_regions)
+    #: Partitions of a standard / FIFO queue created through the SQS endpoint
+    #: (at most ``queuey.max_partitions``).
+    sqs_partitions: int = setting("queuey.sqs.partitions", "4", minimum=1)
+    sqs_fifo_partitions: int = setting("queuey.sqs.fifo_partitions", "16", minimum=1)
     #: The operators' overview (:mod:`queuey.core.overview`): seconds between
     #: refresher passes, age at which a queue's figures are measured again,
     #: seconds of measuring per pass, most queues watched.
-    stats_interval: float
-    stats_max_age: float
-    stats_budget: float
-    stats_max_queues: int
+    stats_interval: float = setting("queuey.stats.interval", "10", minimum=0)
+    stats_max_age: float = setting("queuey.stats.max_age", "30", minimum=0)
+    stats_budget: float = setting("queuey.stats.budget", "2", above=0)
+    stats_max_queues: int = setting("queuey.stats.max_queues", "5000", minimum=1)
     #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.group`).
-    groups_root: str
-    #: The admin pages at ``/admin/`` (:mod:`queuey.admin`): served at all,
-    #: the secret signing their session cookies (random per process when
-    #: empty), cookies sent over HTTPS only, seconds a sign-in lasts.
-    admin_enabled: bool
-    admin_secret: str
-    admin_secure_cookie: bool
-    admin_session_seconds: int
-    raw: Mapping[str, Any]
+    groups_root: str = setting("queuey.groups.root", "/queuey/groups", parse=_absolute)
     #: Seconds between the schedule ticker's passes (0: no ticker in this
     #: process), and the most schedules one application may have
     #: (:mod:`queuey.core.schedules`).
-    schedules_interval: float = 1.0
-    schedules_limit: int = 100
+    schedules_interval: float = setting("queuey.schedules.interval", "1", minimum=0, maximum=60)
+    schedules_limit: int = setting("queuey.schedules.limit", "100", minimum=0, maximum=10_000)
     #: Posts a group makes in a fair queue's window before it may count as
     #: busy (:mod:`queuey.core.fairness`).
-    flow_fair_threshold: int = 100
+    flow_fair_threshold: int = setting(
+        "queuey.flow.fair_threshold", "100", minimum=1, maximum=1_000_000
+    )
     #: Most keys (rate buckets, counted queues) one application holds at once
     #: in the flow-control tables (:mod:`queuey.core.slots`).
-    flow_keys_per_application: int = 4096
-    #: Each application's post rate and what it may store unless the
-    #: applications file says otherwise (:mod:`queuey.core.flow`; 0: no
-    #: limit): messages posted per second, messages and body bytes stored.
-    limits_max_posts_per_second: float = 0.0
-    limits_max_messages: int = 0
-    limits_max_bytes: int = 0
+    flow_keys_per_application: int = setting(
+        "queuey.flow.keys_per_application", "4096", minimum=16, maximum=10_000_000
+    )
+    #: The admin pages at ``/admin/`` (:mod:`queuey.admin`): served at all,
+    #: the secret signing their session cookies (random per process when
+    #: empty), cookies sent over HTTPS only, seconds a sign-in lasts.
+    admin_enabled: bool = setting("queuey.admin.enabled", "true")
+    admin_secret: str = setting("queuey.admin.secret", "")
+    admin_secure_cookie: bool = setting("queuey.admin.secure_cookie", "false")
+    admin_session_seconds: int = setting("queuey.admin.session_seconds", "3600", minimum=60)
+    #: Every key given (defaults, the ini, environment overrides): the
+    #: backend's own keys are read from it.
+    raw: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def read_delay_micros(self) -> int:
         return int(self.read_delay * ids.MICROS)
+
+
+#: The server's keys (``queuey.*`` in the ini's app section).
+SERVER = Table(Settings)
+#: Each key's default, as the ini would write it.
+DEFAULTS: dict[str, str] = SERVER.defaults()
+
+#: Each application's limits (:mod:`queuey.core.quotas`): the conversion and the
+#: range of a ``queuey.limits.*`` setting and of an application's own value
+#: (:mod:`queuey.applications`) alike. The throttle hold is the server's alone.
+LIMIT_RANGES: dict[str, tuple[Callable[[Any], Any], float, float]] = {
+    key.name.removeprefix("queuey.limits."): (key.parse, key.minimum, key.maximum)
+    for key in SERVER.keys
+    if key.name.startswith("queuey.limits.") and key.name != "queuey.limits.throttle_hold"
+}
 
 
 def merged(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict:
@@ -204,67 +248,11 @@ def merged(settings: Mapping[str, Any], environ: Mapping[str, str] | None = None
     environ = os.environ if environ is None else environ
     out: dict[str, Any] = dict(DEFAULTS)
     out.update(settings)
-    for key in list(out):
+    for key in {*out, *SERVER.by_name}:
         env_key = key.replace(".", "_").upper()
         if env_key in environ:
             out[key] = environ[env_key]
     return out
-
-
-def _get(raw: Mapping[str, Any], key: str, convert: Callable[[Any], T], check=None) -> T:
-    try:
-        value = convert(raw[key])
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(key, f"invalid value {raw[key]!r}: {exc}") from exc
-    if check is not None and not check(value):
-        raise ConfigurationError(key, f"value {value!r} out of range")
-    return value
-
-
-#: Each application's limits (:mod:`queuey.core.quotas`): the conversion and the
-#: range of a ``queuey.limits.*`` setting and of an application's own value
-#: (:mod:`queuey.applications`) alike.
-LIMIT_RANGES: dict[str, tuple[Callable[[str], float], float, float]] = {
-    "max_requests_per_second": (float, 0, 1_000_000),
-    "max_burst": (int, 0, 1_000_000),
-    "max_waiting_polls": (int, 0, 10_000),
-    "max_queues": (int, 0, 10_000_000),
-    "max_subscriptions": (int, 0, 100_000),
-    "max_posts_per_second": (float, 0, 1_000_000),
-    "max_messages": (int, 0, 1_000_000_000_000),
-    "max_bytes": (int, 0, 2**50),
-}
-
-
-def _limit(raw: Mapping[str, Any], name: str) -> Any:
-    convert, low, high = LIMIT_RANGES[name]
-    return _get(raw, f"queuey.limits.{name}", convert, lambda v: low <= v <= high)
-
-
-def _max_waiting_polls(raw: Mapping[str, Any]) -> int:
-    if str(raw["queuey.limits.max_waiting_polls"]).strip() == "":
-        return (_get(raw, "queuey.reserve.max_waiting", int) + 1) // 2
-    return _limit(raw, "max_waiting_polls")
-
-
-def _regions(value: str) -> frozenset[str] | None:
-    """``*`` (any region) or region names, separated by spaces or commas."""
-    names = value.replace(",", " ").split()
-    if names == ["*"]:
-        return None
-    for name in names:
-        if not REGION.match(name):
-            raise ValueError(f"{name!r} is not a region name")
-    return frozenset(names)
-
-
-def _get_default_ttl(raw: Mapping[str, Any], max_ttl: int) -> int:
-    value = _get(raw, "queuey.default_ttl", int)
-    if not 1 <= value <= max_ttl:
-        raise ConfigurationError(
-            "queuey.default_ttl", f"{value} must be between 1 and queuey.max_ttl ({max_ttl})"
-        )
-    return value
 
 
 def load_settings(
@@ -278,66 +266,21 @@ def load_settings(
     file (a server's; a process that only posts, such as a Spark executor,
     may have none)."""
     raw = merged(settings, environ)
-    max_ttl = _get(raw, "queuey.max_ttl", int, lambda v: v >= 1)
-    max_partitions = _get(raw, "queuey.max_partitions", int, lambda v: v >= 1)
-    parsed = Settings(
-        storage_backend=str(raw["queuey.storage.backend"]),
-        applications_file=str(raw["queuey.applications"]),
-        read_delay=_get(raw, "queuey.read_delay", float, lambda v: v >= 0),
-        max_clock_skew=_get(raw, "queuey.max_clock_skew", float, lambda v: v >= 0),
-        default_ttl=_get_default_ttl(raw, max_ttl),
-        max_ttl=max_ttl,
-        max_partitions=max_partitions,
-        max_message_size=_get(raw, "queuey.max_message_size", int, lambda v: v >= 64),
-        max_batch_messages=_get(raw, "queuey.max_batch_messages", int, lambda v: v >= 1),
-        max_batch_size=_get(raw, "queuey.max_batch_size", int, lambda v: v >= 1024),
-        max_form_size=_get(raw, "queuey.max_form_size", int, lambda v: 1024 <= v <= 2**24),
-        trusted_proxies=_get(raw, "queuey.trusted_proxies", parse_networks),
-        metrics_allow=_get(raw, "queuey.metrics.allow", parse_networks),
-        zookeeper_hosts=str(raw["queuey.zookeeper.hosts"]).strip(),
-        retry_after=_get(raw, "queuey.retry_after", int, lambda v: v >= 1),
-        metadata_cache_seconds=_get(raw, "queuey.metadata_cache_seconds", float, lambda v: v >= 0),
-        dedup_window=dedup_window(raw, environ={}),
-        reserve_max_waiting=_get(raw, "queuey.reserve.max_waiting", int, lambda v: 0 <= v <= 10000),
-        reserve_poll_interval=_get(
-            raw, "queuey.reserve.poll_interval", float, lambda v: 0.01 <= v <= 0.5
-        ),
-        limits_max_requests_per_second=_limit(raw, "max_requests_per_second"),
-        limits_max_burst=_limit(raw, "max_burst"),
-        limits_max_waiting_polls=_max_waiting_polls(raw),
-        limits_max_queues=_limit(raw, "max_queues"),
-        limits_max_subscriptions=_limit(raw, "max_subscriptions"),
-        limits_throttle_hold=_get(
-            raw, "queuey.limits.throttle_hold", float, lambda v: 0 <= v <= 20
-        ),
-        sqs_region=_get(raw, "queuey.sqs.region", str, REGION.match),
-        sqs_regions=_get(raw, "queuey.sqs.regions", _regions),
-        sqs_partitions=_get(raw, "queuey.sqs.partitions", int, lambda v: 1 <= v <= max_partitions),
-        sqs_fifo_partitions=_get(
-            raw, "queuey.sqs.fifo_partitions", int, lambda v: 1 <= v <= max_partitions
-        ),
-        stats_interval=_get(raw, "queuey.stats.interval", float, lambda v: v >= 0),
-        stats_max_age=_get(raw, "queuey.stats.max_age", float, lambda v: v >= 0),
-        stats_budget=_get(raw, "queuey.stats.budget", float, lambda v: v > 0),
-        stats_max_queues=_get(raw, "queuey.stats.max_queues", int, lambda v: v >= 1),
-        groups_root=_get(raw, "queuey.groups.root", str, lambda v: v.startswith("/")),
-        admin_enabled=_get(raw, "queuey.admin.enabled", as_bool),
-        admin_secret=str(raw["queuey.admin.secret"]),
-        admin_secure_cookie=_get(raw, "queuey.admin.secure_cookie", as_bool),
-        admin_session_seconds=_get(raw, "queuey.admin.session_seconds", int, lambda v: v >= 60),
-        raw=raw,
-        schedules_interval=_get(raw, "queuey.schedules.interval", float, lambda v: 0 <= v <= 60),
-        schedules_limit=_get(raw, "queuey.schedules.limit", int, lambda v: 0 <= v <= 10_000),
-        flow_fair_threshold=_get(
-            raw, "queuey.flow.fair_threshold", int, lambda v: 1 <= v <= 1_000_000
-        ),
-        flow_keys_per_application=_get(
-            raw, "queuey.flow.keys_per_application", int, lambda v: 16 <= v <= 10_000_000
-        ),
-        limits_max_posts_per_second=_limit(raw, "max_posts_per_second"),
-        limits_max_messages=_limit(raw, "max_messages"),
-        limits_max_bytes=_limit(raw, "max_bytes"),
-    )
+    values = SERVER.read(raw)
+    if not 1 <= values["default_ttl"] <= values["max_ttl"]:
+        raise ConfigurationError(
+            "queuey.default_ttl",
+            f"{values['default_ttl']} must be between 1 and queuey.max_ttl ({values['max_ttl']})",
+        )
+    for name in ("partitions", "fifo_partitions"):
+        if values[f"sqs_{name}"] > values["max_partitions"]:
+            raise ConfigurationError(
+                f"queuey.sqs.{name}",
+                f"must be at most queuey.max_partitions ({values['max_partitions']})",
+            )
+    if values["limits_max_waiting_polls"] is None:
+        values["limits_max_waiting_polls"] = (values["reserve_max_waiting"] + 1) // 2
+    parsed = SERVER.build(values, raw=raw)
     if require_applications and not parsed.applications_file:
         raise ConfigurationError("queuey.applications", "no applications file configured")
     return parsed
@@ -348,8 +291,8 @@ def dedup_window(settings: Mapping[str, Any], environ: Mapping[str, str] | None 
 
     Storage backends read it in ``load_from_config`` (the store keeps the ids).
     """
-    raw = merged(settings, environ)
-    return _get(raw, "queuey.dedup_window", int, lambda v: 1 <= v <= 604800)
+    key = SERVER.by_name["queuey.dedup_window"]
+    return key.read(merged(settings, environ)[key.name])
 
 
 def check_read_delay(settings: Settings, write_timeout: float) -> None:
