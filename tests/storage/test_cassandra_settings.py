@@ -66,3 +66,19 @@ def test_bad_settings_name_the_key(key, value):
         parse_settings({f"queuey.cassandra.{key}": value})
     assert info.value.key.startswith("queuey.cassandra.")
     assert info.value.key.endswith(key if key != "username" else "password")
+
+
+@pytest.mark.unit
+def test_owned_is_the_only_work_queue_design():
+    assert parse_settings({"queuey.cassandra.work_queue": "owned"}).work_queue == "owned"
+    with pytest.raises(ConfigurationError) as info:
+        parse_settings({"queuey.cassandra.work_queue": "lwt"})
+    assert info.value.key == "queuey.cassandra.work_queue"
+    assert "was removed" in str(info.value) and "owned is the only one" in str(info.value)
+
+
+@pytest.mark.unit
+def test_connect_timeout_defaults_to_the_longer_of_5_s_and_the_request_timeout():
+    assert parse_settings({}).connect_timeout == 5.0
+    assert parse_settings({"queuey.cassandra.request_timeout": "8"}).connect_timeout == 8.0
+    assert parse_settings({"queuey.cassandra.connect_timeout": "1"}).connect_timeout == 1.0

@@ -8,14 +8,14 @@ so the service stops at start-up rather than on its first request.
 from __future__ import annotations
 
 import ast
-import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from queuey.coerce import as_bool, as_list
+from queuey.coerce import as_list
 from queuey.errors import ConfigurationError
+from queuey.settingstable import Table, setting
 
 PREFIX = "queuey.cassandra."
 #: Cassandra refuses TTLs above 20 years.
@@ -31,108 +31,114 @@ MAX_EXPIRATION = 2**32 - 2
 TTL_SLACK = 2 * 86400 + 2
 
 _KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_OPTION_RE = re.compile(r"[A-Za-z0-9_.]+")
 
 
-@dataclass(frozen=True)
-class CassandraSettings:
-    """The backend's settings, parsed and validated (see :func:`parse_settings`)."""
-
-    contact_points: tuple[str, ...] = ("127.0.0.1",)
-    port: int = 9042
-    keyspace: str = "queuey"
-    local_dc: str = "datacenter1"
-    replication: Mapping[str, Any] = field(
-        default_factory=lambda: {"class": "SimpleStrategy", "replication_factor": 1}
-    )
-    request_timeout: float = 2.0
-    connect_timeout: float = 5.0
-    bucket_seconds: int = 60
-    max_ttl: int = 30 * 86400
-    create_schema: bool = False
-    username: str | None = None
-    password: str | None = None
-    protocol_version: int = 5
-    #: Work queues: ``owned`` (a process owns a subscription's queue partition
-    #: for a term and keeps its leases in memory, :mod:`.owned`) or ``lwt``
-    #: (every change a lightweight transaction, :mod:`queuey.storage.cassandra.workqueue`).
-    work_queue: str = "owned"
-    #: Seconds an owner's term lasts without renewal (failover bound).
-    owner_term: float = 10.0
-    #: Address this process listens on for calls forwarded by other API
-    #: processes, and advertises to them.
-    peer_host: str = "127.0.0.1"
-    #: Shared secret authenticating forwarded calls (None: one the backend
-    #: keeps in the keyspace's ``storage_settings``).
-    peer_secret: str | None = None
+def _hosts(value: str) -> tuple[str, ...]:
+    hosts = as_list(value)
+    if not hosts:
+        raise ValueError("no host given")
+    return hosts
 
 
-def _get(settings: Mapping[str, Any], name: str) -> Any:
-    value = settings.get(PREFIX + name)
-    if isinstance(value, str):
-        value = value.strip()
+def _keyspace(value: str) -> str:
+    if not _KEYSPACE_RE.match(value):
+        raise ValueError("not a keyspace name ([A-Za-z][A-Za-z0-9_]{0,47})")
     return value
 
 
-def _as_int(settings: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    value = _get(settings, name)
-    if value is None or value == "":
-        return default
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(PREFIX + name, f"not an integer: {value!r}") from None
-    if not lo <= number <= hi:
-        raise ConfigurationError(PREFIX + name, f"must be between {lo} and {hi}, got {number}")
-    return number
-
-
-def _as_float(settings: Mapping[str, Any], name: str, default: float, lo: float) -> float:
-    value = _get(settings, name)
-    if value is None or value == "":
-        return default
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(PREFIX + name, f"not a number: {value!r}") from None
-    if not (math.isfinite(number) and number > lo):
-        raise ConfigurationError(PREFIX + name, f"must be a number above {lo}, got {value!r}")
-    return number
-
-
-def _as_bool(settings: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = _get(settings, name)
-    if value is None or value == "":
-        return default
-    try:
-        return as_bool(value)
-    except ValueError as exc:
-        raise ConfigurationError(PREFIX + name, str(exc)) from None
-
-
-def _as_replication(settings: Mapping[str, Any]) -> dict[str, Any]:
-    key = PREFIX + "replication"
-    value = _get(settings, "replication")
-    if value is None or value == "":
-        return {"class": "SimpleStrategy", "replication_factor": 1}
+def _replication(value: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(value, str):
         try:
             value = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            raise ConfigurationError(key, f"not a map literal: {value!r}") from None
+            raise ValueError("not a map literal") from None
     if not isinstance(value, Mapping) or not isinstance(value.get("class"), str):
-        raise ConfigurationError(
-            key,
+        raise ValueError(
             "must be a map with a 'class', e.g. "
-            "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
         )
     for k, v in value.items():
-        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z0-9_.]+", k):
-            raise ConfigurationError(key, f"bad option name {k!r}")
-        if not re.fullmatch(r"[A-Za-z0-9_.]+", str(v)):
-            raise ConfigurationError(key, f"bad value for {k!r}: {v!r}")
+        if not isinstance(k, str) or not _OPTION_RE.fullmatch(k):
+            raise ValueError(f"bad option name {k!r}")
+        if not _OPTION_RE.fullmatch(str(v)):
+            raise ValueError(f"bad value for {k!r}: {v!r}")
     return dict(value)
+
+
+def _work_queue(value: str) -> str:
+    if value != "owned":
+        raise ValueError(
+            "the lwt work-queue design was removed; owned is the only one (leave the key out)"
+        )
+    return value
+
+
+def _peer_secret(value: str) -> str:
+    if len(value) < 16:
+        raise ValueError("must be at least 16 characters")
+    return value
+
+
+@dataclass(frozen=True)
+class CassandraSettings:
+    """The backend's settings, parsed and validated: the table :data:`CASSANDRA`."""
+
+    contact_points: tuple[str, ...] = setting(
+        PREFIX + "contact_points", "127.0.0.1", parse=_hosts, help="comma list of node addresses"
+    )
+    port: int = setting(PREFIX + "port", "9042", minimum=1, maximum=65535, help="CQL port")
+    keyspace: str = setting(PREFIX + "keyspace", "queuey", parse=_keyspace, help="keyspace")
+    local_dc: str = setting(
+        PREFIX + "local_dc", "datacenter1", help="the data centre this API node prefers"
+    )
+    replication: Mapping[str, Any] = setting(
+        PREFIX + "replication",
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        parse=_replication,
+        help="replication map used when the schema creates the keyspace",
+    )
+    request_timeout: float = setting(
+        PREFIX + "request_timeout", "2", above=0, help="seconds; the write timeout"
+    )
+    #: None: 5 seconds, or the request timeout if longer.
+    connect_timeout: float = setting(
+        PREFIX + "connect_timeout", above=0, help="seconds a connection attempt may take"
+    )
+    bucket_seconds: int = setting(
+        PREFIX + "bucket_seconds", "60", minimum=1, maximum=86400, help="time bucket width"
+    )
+    max_ttl: int = setting(
+        PREFIX + "max_ttl",
+        "2592000",
+        minimum=1,
+        maximum=CASSANDRA_MAX_TTL - TTL_SLACK,
+        help="the longest ttl the backend stores",
+    )
+    create_schema: bool = setting(
+        PREFIX + "create_schema", "false", help="create the schema on first connection"
+    )
+    username: str | None = setting(PREFIX + "username", help="plain-text authentication")
+    password: str | None = setting(PREFIX + "password", help="plain-text authentication")
+    protocol_version: int = setting(
+        PREFIX + "protocol_version", "5", minimum=4, maximum=5, help="CQL native protocol"
+    )
+    #: Work queues: a process owns a subscription's queue partition for a term
+    #: and keeps its leases in memory (:mod:`.owned`); the ``lwt`` design
+    #: (every change a lightweight transaction) was removed.
+    work_queue: str = setting(PREFIX + "work_queue", "owned", parse=_work_queue)
+    #: Seconds an owner's term lasts without renewal (failover bound).
+    owner_term: float = setting(PREFIX + "owner_term", "10", minimum=3, maximum=300)
+    #: Address this process listens on for calls forwarded by other API
+    #: processes, and advertises to them.
+    peer_host: str = setting(PREFIX + "peer_host", "127.0.0.1")
+    #: Shared secret authenticating forwarded calls (None: one the backend
+    #: keeps in the keyspace's ``storage_settings``).
+    peer_secret: str | None = setting(PREFIX + "peer_secret", parse=_peer_secret)
+
+
+#: The backend's keys (``queuey.cassandra.*``).
+CASSANDRA = Table(CassandraSettings)
 
 
 def parse_settings(settings: Mapping[str, Any]) -> CassandraSettings:
@@ -140,56 +146,10 @@ def parse_settings(settings: Mapping[str, Any]) -> CassandraSettings:
 
     Raises :class:`~queuey.errors.ConfigurationError` naming the first bad key.
     """
-    points_raw = _get(settings, "contact_points")
-    if points_raw is None or points_raw == "":
-        points: tuple[str, ...] = ("127.0.0.1",)
-    else:
-        points = as_list(points_raw)
-        if not points:
-            raise ConfigurationError(PREFIX + "contact_points", "no host given")
-
-    keyspace = _get(settings, "keyspace") or "queuey"
-    if not _KEYSPACE_RE.match(str(keyspace)):
-        raise ConfigurationError(
-            PREFIX + "keyspace", f"not a keyspace name ([A-Za-z][A-Za-z0-9_]{{0,47}}): {keyspace!r}"
-        )
-    local_dc = _get(settings, "local_dc") or "datacenter1"
-
-    username = _get(settings, "username") or None
-    password = _get(settings, "password") or None
-    if (username is None) != (password is None):
-        missing = "password" if password is None else "username"
+    values = CASSANDRA.read(settings)
+    if (values["username"] is None) != (values["password"] is None):
+        missing = "password" if values["password"] is None else "username"
         raise ConfigurationError(PREFIX + missing, "username and password go together")
-
-    request_timeout = _as_float(settings, "request_timeout", 2.0, 0.0)
-    protocol_version = _as_int(settings, "protocol_version", 5, 4, 5)
-    work_queue = str(_get(settings, "work_queue") or "owned")
-    if work_queue not in ("owned", "lwt"):
-        raise ConfigurationError(PREFIX + "work_queue", f"must be owned or lwt, got {work_queue!r}")
-    owner_term = _as_float(settings, "owner_term", 10.0, 0.0)
-    if not 3.0 <= owner_term <= 300.0:
-        raise ConfigurationError(
-            PREFIX + "owner_term", f"must be between 3 and 300 seconds, got {owner_term}"
-        )
-    peer_secret = _get(settings, "peer_secret") or None
-    if peer_secret is not None and len(str(peer_secret)) < 16:
-        raise ConfigurationError(PREFIX + "peer_secret", "must be at least 16 characters")
-    return CassandraSettings(
-        work_queue=work_queue,
-        owner_term=owner_term,
-        peer_host=str(_get(settings, "peer_host") or "127.0.0.1"),
-        peer_secret=None if peer_secret is None else str(peer_secret),
-        contact_points=points,
-        port=_as_int(settings, "port", 9042, 1, 65535),
-        keyspace=str(keyspace),
-        local_dc=str(local_dc),
-        replication=_as_replication(settings),
-        request_timeout=request_timeout,
-        connect_timeout=_as_float(settings, "connect_timeout", max(5.0, request_timeout), 0.0),
-        bucket_seconds=_as_int(settings, "bucket_seconds", 60, 1, 86400),
-        max_ttl=_as_int(settings, "max_ttl", 30 * 86400, 1, CASSANDRA_MAX_TTL - TTL_SLACK),
-        create_schema=_as_bool(settings, "create_schema", False),
-        username=username,
-        password=password,
-        protocol_version=protocol_version,
-    )
+    if values["connect_timeout"] is None:
+        values["connect_timeout"] = max(5.0, values["request_timeout"])
+    return CASSANDRA.build(values)
