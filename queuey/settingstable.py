@@ -223,6 +223,10 @@ class Table:
         env = environ if environ is not None else {}
         return {k.field: k.read(self.raw(mapping, k, env)) for k in self.keys}
 
+    def parse(self, mapping: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Any:
+        """The settings object of ``mapping`` (a table without rules between keys)."""
+        return self.build(self.read(mapping, environ))
+
     def build(self, values: Mapping[str, Any], **extra: Any) -> Any:
         """The settings object from :meth:`read`'s values and the fields no key fills."""
         return self.cls(**values, **extra)

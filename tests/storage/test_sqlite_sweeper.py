@@ -114,7 +114,12 @@ def test_close_stops_the_sweeper(tmp_path, clock):
 
 @pytest.mark.parametrize(
     "key, value",
-    [("queuey.sqlite.sweep_interval", "often"), ("queuey.sqlite.busy_timeout", "long")],
+    [
+        ("queuey.sqlite.sweep_interval", "often"),
+        ("queuey.sqlite.busy_timeout", "long"),
+        ("queuey.sqlite.busy_timeout", "-1"),
+        ("queuey.sqlite.sweep_interval", "inf"),
+    ],
 )
 def test_a_bad_sqlite_setting_names_its_own_key(tmp_path, clock, key, value):
     settings = {"queuey.sqlite.path": str(tmp_path / "db.sqlite3"), key: value}

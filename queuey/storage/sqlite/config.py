@@ -11,21 +11,35 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from queuey import settings as queuey_settings
 from queuey.clock import Clock
-from queuey.errors import ConfigurationError
+from queuey.settingstable import Table, setting
 from queuey.storage.sqlite.backend import SQLiteStorage
 from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.schema import SCHEMA_VERSION, current_version, migrate
 
-DEFAULT_PATH = "var/queuey.sqlite3"
+
+@dataclass(frozen=True)
+class SQLiteSettings:
+    """The backend's settings (``queuey.sqlite.*``): the table :data:`SQLITE`."""
+
+    path: str = setting("queuey.sqlite.path", "var/queuey.sqlite3", help="the database file")
+    #: Seconds a write waits for another process holding the file's write lock.
+    busy_timeout: float = setting("queuey.sqlite.busy_timeout", "10", minimum=0)
+    #: Seconds between background sweeps of expired rows (0: no sweep).
+    sweep_interval: float = setting("queuey.sqlite.sweep_interval", "60", minimum=0)
+
+
+#: The backend's keys.
+SQLITE = Table(SQLiteSettings)
 
 
 def _path(settings: Mapping[str, Any]) -> str:
-    return str(settings.get("queuey.sqlite.path", DEFAULT_PATH))
+    return SQLITE.parse(settings).path
 
 
 def upgrade_schema(settings: Mapping[str, Any]) -> list[str]:
@@ -52,27 +66,14 @@ def schema_version(settings: Mapping[str, Any]) -> str:
         conn.close()
 
 
-def _number(settings: Mapping[str, Any], key: str, default: float) -> float:
-    value = settings.get(key, default)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(key, f"not a number: {value!r}") from None
-    if not 0 <= number < float("inf"):
-        raise ConfigurationError(key, f"must be a number of seconds, 0 or more: {value!r}")
-    return number
-
-
 def load_from_config(settings: Mapping[str, Any], clock: Clock) -> SQLiteStorage:
-    """Build the backend from ini settings (``queuey.sqlite.*``).
-
-    ``queuey.sqlite.sweep_interval`` (seconds, default 60; 0 turns the
-    background sweep off), ``queuey.sqlite.busy_timeout`` (seconds a write
-    waits for another process holding the file's write lock, default 10) and
-    ``queuey.dedup_window`` (:func:`queuey.settings.dedup_window`).
-    """
-    path = _path(settings)
-    busy = _number(settings, "queuey.sqlite.busy_timeout", 10.0)
-    sweep = _number(settings, "queuey.sqlite.sweep_interval", 60.0)
-    window = queuey_settings.dedup_window(settings)
-    return SQLiteStorage(path, clock, busy_timeout=busy, sweep_interval=sweep, dedup_window=window)
+    """Build the backend from ini settings (:data:`SQLITE` and
+    ``queuey.dedup_window``, :func:`queuey.settings.dedup_window`)."""
+    config: SQLiteSettings = SQLITE.parse(settings)
+    return SQLiteStorage(
+        config.path,
+        clock,
+        busy_timeout=config.busy_timeout,
+        sweep_interval=config.sweep_interval,
+        dedup_window=queuey_settings.dedup_window(settings),
+    )
