@@ -189,6 +189,7 @@ class Table:
             keys.append(dataclasses.replace(key, parse=parse, field=f.name))
         self.keys: tuple[Key, ...] = tuple(keys)
         self.by_name: dict[str, Key] = {k.name: k for k in keys}
+        self.by_field: dict[str, Key] = {k.field: k for k in keys}
 
     def names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.keys)

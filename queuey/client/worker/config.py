@@ -1,8 +1,9 @@
 """A worker's settings: read from an ini file and the environment, validated once.
 
 Every key is named ``<section>.<key>`` in errors (:class:`queuey.errors.ConfigurationError`);
-an environment variable ``QUEUEY_<SECTION>_<KEY>`` overrides the ini. Booleans
-and lists are read by :mod:`queuey.coerce`, like every other setting of Queuey.
+an environment variable ``QUEUEY_<SECTION>_<KEY>`` overrides the ini. The keys
+are the table :data:`WORKER` (:mod:`queuey.settingstable`), read like every
+other setting of Queuey.
 
 ``[worker] mode`` picks how work is divided: ``partitions`` (the default: a
 consumer group on ZooKeeper, each partition owned by one member, in order) or
@@ -19,15 +20,15 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
 from queuey.client.group import DEFAULT_ROOT
-from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
+from queuey.settingstable import Table, setting
 
 DEFAULT_FAILURE_QUEUE = "{queue}" + FAILED_SUFFIX
 
@@ -45,46 +46,71 @@ PARTITIONS_ONLY = {
 }
 
 
+def _mode(value: str) -> str:
+    if value not in MODES:
+        raise ValueError(f"must be one of {', '.join(MODES)}")
+    return value
+
+
+def _spec(value: str) -> str:
+    if ":" not in value:
+        raise ValueError("must be module:function")
+    return value
+
+
+def _failure_queue(value: str) -> str:
+    if "{queue}" not in value:
+        raise ValueError("must contain {queue}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """Every setting of a worker, validated. See ``etc/worker.ini``."""
+    """Every setting of a worker, validated: the table :data:`WORKER`. See ``etc/worker.ini``."""
 
     # [queuey]
-    urls: tuple[str, ...]
-    application: str
-    key: str | None = None
-    http_timeout: float = 10.0
-    http_retries: int = 5
-    # [zookeeper]
-    zookeeper_hosts: str = "127.0.0.1:2181"
-    zookeeper_root: str = DEFAULT_ROOT
-    session_timeout: float = 10.0
+    urls: tuple[str, ...] = setting("queuey.urls", required=True, help="the service's URLs")
+    application: str = setting("queuey.application", required=True, help="the application")
+    key: str | None = setting("queuey.key", help="the application's key")
+    http_timeout: float = setting("queuey.timeout", "10", minimum=0.1, help="HTTP seconds")
+    http_retries: int = setting("queuey.retries", "5", minimum=0, help="HTTP retries")
+    auto_dedup: bool = setting("queuey.auto_dedup", "true", help="give posts a dedup_id")
+    # [zookeeper] (partitions mode; hosts required there)
+    zookeeper_hosts: str = setting("zookeeper.hosts", help="ZooKeeper hosts")
+    zookeeper_root: str = setting("zookeeper.root", DEFAULT_ROOT, help="where groups live")
+    session_timeout: float = setting("zookeeper.session_timeout", "10", minimum=1.0)
     # [worker]
-    mode: str = "partitions"
-    group: str = "default"
-    queues: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
-    job: str = ""
-    context: str | None = None
-    failure_hook: str | None = None
-    per_batch: bool = False
-    batch_size: int = 100
-    max_attempts: int = 5
-    retry_backoff: float = 0.5
-    retry_max_backoff: float = 30.0
-    failure_queue: str = DEFAULT_FAILURE_QUEUE
-    idle_backoff: float = 0.2
-    idle_max_backoff: float = 5.0
-    rebalance_timeout: float = 10.0
-    discovery_interval: float = 5.0
-    mirror_checkpoints: bool = False
-    pythonpath: tuple[str, ...] = ()
+    mode: str = setting("worker.mode", "partitions", parse=_mode, help="partitions or reserve")
+    #: Required in partitions mode; ``default`` in reserve mode.
+    group: str = setting("worker.group", help="the consumer group")
+    queues: tuple[str, ...] = setting("worker.queues", required=True, help="queues or patterns")
+    exclude: tuple[str, ...] = setting("worker.exclude", ", ".join(DEFAULT_EXCLUDE))
+    job: str = setting("worker.job", required=True, parse=_spec, help="module:function")
+    context: str | None = setting("worker.context", parse=_spec, help="batch context factory")
+    failure_hook: str | None = setting("worker.failure_hook", parse=_spec)
+    per_batch: bool = setting("worker.per_batch", "false", help="the job takes a batch")
+    #: 100 (at most MAX_READ) in partitions mode, 10 (at most MAX_RESERVE) in reserve mode.
+    batch_size: int = setting("worker.batch_size", minimum=1, help="messages per batch")
+    max_attempts: int = setting("worker.max_attempts", "5", minimum=1)
+    retry_backoff: float = setting("worker.retry_backoff", "0.5", minimum=0)
+    retry_max_backoff: float = setting("worker.retry_max_backoff", "30", minimum=0)
+    failure_queue: str = setting(
+        "worker.failure_queue", DEFAULT_FAILURE_QUEUE, parse=_failure_queue
+    )
+    idle_backoff: float = setting("worker.idle_backoff", "0.2", minimum=0.01)
+    idle_max_backoff: float = setting("worker.idle_max_backoff", "5", minimum=0.01)
+    rebalance_timeout: float = setting("worker.rebalance_timeout", "10", minimum=0.5)
+    discovery_interval: float = setting("worker.discovery_interval", "5", minimum=0.1)
+    mirror_checkpoints: bool = setting("worker.mirror_checkpoints", "false")
+    pythonpath: tuple[str, ...] = setting("worker.pythonpath", "", help="import paths")
     # [worker], reserve mode
-    subscription: str = "default"
-    visibility_timeout: int | None = None  # None: the queue's
-    wait: int = 5
-    concurrency: int = 1
-    auto_dedup: bool = True
+    subscription: str = setting("worker.subscription", "default", help="the subscription")
+    #: None: the queue's.
+    visibility_timeout: int | None = setting(
+        "worker.visibility_timeout", minimum=1, maximum=MAX_VISIBILITY_TIMEOUT
+    )
+    wait: int = setting("worker.wait", "5", minimum=0, maximum=MAX_WAIT, help="long poll")
+    concurrency: int = setting("worker.concurrency", "1", minimum=1, maximum=64)
 
     @classmethod
     def from_ini(cls, path: str | Path, environ: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -109,75 +135,25 @@ class WorkerConfig:
     ) -> WorkerConfig:
         """Build from ``{"queuey": {...}, "zookeeper": {...}, "worker": {...}}`` of strings."""
         env = os.environ if environ is None else environ
-        reader = _Reader(sections, env)
-        mode = reader.str("worker", "mode") or "partitions"
-        if mode not in MODES:
-            raise ConfigurationError("worker.mode", f"must be one of {', '.join(MODES)}")
-        reserve = mode == "reserve"
+        flat = {f"{name}.{k}": v for name, section in sections.items() for k, v in section.items()}
+        mode = WORKER.by_name["worker.mode"]
+        reserve = mode.read(WORKER.raw(flat, mode, env)) == "reserve"
         if reserve:
             for key, instead in PARTITIONS_ONLY.items():
-                if reader.raw("worker", key):
+                if WORKER.raw(flat, WORKER.by_name[f"worker.{key}"], env):
                     raise ConfigurationError(f"worker.{key}", f"not used: {instead}")
-        config = cls(
-            urls=reader.list("queuey", "urls", required=True),
-            application=reader.str("queuey", "application", required=True),
-            key=reader.str("queuey", "key"),
-            http_timeout=reader.number("queuey", "timeout", 10.0, minimum=0.1),
-            http_retries=int(reader.number("queuey", "retries", 5, minimum=0, integer=True)),
-            auto_dedup=reader.bool("queuey", "auto_dedup", True),
-            zookeeper_hosts=reader.str("zookeeper", "hosts", required=not reserve) or "",
-            zookeeper_root=reader.str("zookeeper", "root") or DEFAULT_ROOT,
-            session_timeout=reader.number("zookeeper", "session_timeout", 10.0, minimum=1.0),
-            mode=mode,
-            group=reader.str("worker", "group", required=not reserve) or "default",
-            queues=reader.list("worker", "queues", required=True),
-            exclude=reader.list("worker", "exclude", default=DEFAULT_EXCLUDE),
-            job=reader.str("worker", "job", required=True),
-            context=reader.str("worker", "context"),
-            failure_hook=reader.str("worker", "failure_hook"),
-            per_batch=reader.bool("worker", "per_batch", False),
-            batch_size=int(
-                reader.number(
-                    "worker",
-                    "batch_size",
-                    10 if reserve else 100,
-                    minimum=1,
-                    maximum=MAX_RESERVE if reserve else MAX_READ,
-                    integer=True,
-                )
-            ),
-            max_attempts=int(reader.number("worker", "max_attempts", 5, minimum=1, integer=True)),
-            retry_backoff=reader.number("worker", "retry_backoff", 0.5, minimum=0),
-            retry_max_backoff=reader.number("worker", "retry_max_backoff", 30.0, minimum=0),
-            failure_queue=reader.str("worker", "failure_queue") or DEFAULT_FAILURE_QUEUE,
-            idle_backoff=reader.number("worker", "idle_backoff", 0.2, minimum=0.01),
-            idle_max_backoff=reader.number("worker", "idle_max_backoff", 5.0, minimum=0.01),
-            rebalance_timeout=reader.number("worker", "rebalance_timeout", 10.0, minimum=0.5),
-            discovery_interval=reader.number("worker", "discovery_interval", 5.0, minimum=0.1),
-            mirror_checkpoints=reader.bool("worker", "mirror_checkpoints", False),
-            pythonpath=reader.list("worker", "pythonpath", default=()),
-            subscription=reader.str("worker", "subscription") or "default",
-            visibility_timeout=_optional_int(
-                reader.number(
-                    "worker",
-                    "visibility_timeout",
-                    0,
-                    minimum=1,
-                    maximum=MAX_VISIBILITY_TIMEOUT,
-                    integer=True,
-                )
-            ),
-            wait=int(reader.number("worker", "wait", 5, minimum=0, maximum=MAX_WAIT, integer=True)),
-            concurrency=int(
-                reader.number("worker", "concurrency", 1, minimum=1, maximum=64, integer=True)
-            ),
-        )
-        for name in ("job", "context", "failure_hook"):
-            value = getattr(config, name)
-            if value and ":" not in value:
-                raise ConfigurationError(f"worker.{name}", "must be module:function")
-        if "{queue}" not in config.failure_queue:
-            raise ConfigurationError("worker.failure_queue", "must contain {queue}")
+        values = WORKER.read(flat, env)
+        for name in ("zookeeper_hosts", "group"):
+            if values[name] is None and not reserve:
+                raise ConfigurationError(WORKER.by_field[name].name, "is required")
+        values["zookeeper_hosts"] = values["zookeeper_hosts"] or ""
+        values["group"] = values["group"] or "default"
+        most = MAX_RESERVE if reserve else MAX_READ
+        if values["batch_size"] is None:
+            values["batch_size"] = 10 if reserve else 100
+        elif values["batch_size"] > most:
+            raise ConfigurationError("worker.batch_size", f"must be at most {most}")
+        config = WORKER.build(values)
         if reserve:
             if any(ch in q for q in config.queues for ch in "*?["):
                 raise ConfigurationError("worker.queues", "reserve mode takes names, not patterns")
@@ -186,77 +162,9 @@ class WorkerConfig:
         return config
 
 
+#: The worker's keys, named ``<section>.<key>``; ``QUEUEY_<SECTION>_<KEY>`` overrides one.
+WORKER = Table(WorkerConfig, env_prefix="QUEUEY_")
 SUBSCRIPTION = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
-
-
-def _optional_int(value: float) -> int | None:
-    """An integer setting whose absence (read as 0) means "the server's default"."""
-    return int(value) or None
-
-
-class _Reader:
-    """Typed access to ini values, naming the key in every error."""
-
-    def __init__(self, sections: Mapping[str, Mapping[str, str]], env: Mapping[str, str]):
-        self.sections = sections
-        self.env = env
-
-    def raw(self, section: str, key: str) -> str | None:
-        env_name = f"QUEUEY_{section}_{key}".upper()
-        if env_name in self.env:
-            return self.env[env_name]
-        value = self.sections.get(section, {}).get(key)
-        return value.strip() if isinstance(value, str) else value
-
-    def str(self, section: str, key: str, required: bool = False) -> str | None:
-        value = self.raw(section, key)
-        if not value:
-            if required:
-                raise ConfigurationError(f"{section}.{key}", "is required")
-            return None
-        return value
-
-    def list(
-        self, section: str, key: str, required: bool = False, default: Sequence[str] = ()
-    ) -> tuple[str, ...]:
-        items = as_list(self.raw(section, key))
-        if not items:
-            if required:
-                raise ConfigurationError(f"{section}.{key}", "is required")
-            return tuple(default)
-        return items
-
-    def number(
-        self,
-        section: str,
-        key: str,
-        default: float,
-        minimum: float | None = None,
-        maximum: float | None = None,
-        integer: bool = False,
-    ) -> float:
-        value = self.raw(section, key)
-        if value in (None, ""):
-            return default
-        try:
-            number = int(value) if integer else float(value)
-        except ValueError:
-            kind = "an integer" if integer else "a number"
-            raise ConfigurationError(f"{section}.{key}", f"must be {kind}, not {value!r}") from None
-        if minimum is not None and number < minimum:
-            raise ConfigurationError(f"{section}.{key}", f"must be at least {minimum}")
-        if maximum is not None and number > maximum:
-            raise ConfigurationError(f"{section}.{key}", f"must be at most {maximum}")
-        return number
-
-    def bool(self, section: str, key: str, default: bool) -> bool:
-        value = self.raw(section, key)
-        if value in (None, ""):
-            return default
-        try:
-            return as_bool(value)
-        except ValueError as exc:
-            raise ConfigurationError(f"{section}.{key}", str(exc)) from None
 
 
 def load_callable(spec: str, setting: str = "job") -> Callable:
