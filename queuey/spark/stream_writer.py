@@ -26,9 +26,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import Row, StructType
 
-from queuey.coerce import BOOLEAN_WORDS, as_bool
-from queuey.errors import ConfigurationError
-from queuey.spark.options import text_option
+from queuey.spark.options import WRITE
 from queuey.spark.writer import QueueyCommitMessage, RowMessage, Sink, WriteTotals
 
 log = logging.getLogger(__name__)
@@ -68,16 +66,6 @@ class TaskDedupIds:
         return f"{self.prefix}{digest}:{n}"
 
 
-def exactly_once_option(options: Mapping[str, str]) -> bool:
-    raw = text_option(options, "exactlyOnce")
-    if raw is None:
-        return True
-    try:
-        return as_bool(raw)
-    except ValueError:
-        raise ConfigurationError("exactlyOnce", f"expected {BOOLEAN_WORDS}: {raw!r}") from None
-
-
 class QueueyStreamWriter(DataSourceStreamWriter):
     """Posts each micro-batch's rows as messages, once per batch id.
 
@@ -87,7 +75,7 @@ class QueueyStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         self.sink = Sink(options, schema, overwrite)
-        self.exactly_once = exactly_once_option(options)
+        self.exactly_once = WRITE.parse(options).exactly_once
 
     def write(self, iterator: Iterator[Row]) -> QueueyCommitMessage:
         dedup_ids = TaskDedupIds.for_this_task() if self.exactly_once else None

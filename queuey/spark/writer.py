@@ -26,22 +26,18 @@ from queuey.core.messages import InvalidMessage, MessageRules
 from queuey.errors import ConfigurationError
 from queuey.model import NewMessage, QueueMeta
 from queuey.placement import partition_for_key
-from queuey.settings import DEFAULTS
 from queuey.spark.connections import StorageConnection
 from queuey.spark.options import (
     NAME,
+    WRITE,
+    WriteOptions,
     application_option,
     connection_from_options,
-    int_option,
-    required_option,
 )
 from queuey.spark.sources import Source, open_source, rules_of
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 100
-#: A batch never holds more than the service accepts by default.
-MAX_BATCH_SIZE = int(DEFAULTS["queuey.max_batch_messages"])
 #: Row columns that place a written message instead of being part of it.
 CONTROL_COLUMNS = ("partition", "partition_key", "ttl")
 
@@ -184,9 +180,10 @@ class Sink:
             )
         self.connection = connection_from_options(options)
         self.application = application_option(options, self.connection)
-        self.queue = required_option(options, "queue")
-        self.batch_size = int_option(options, "batchSize", DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE)
-        self.ttl = int_option(options, "ttl", None, 1)
+        given: WriteOptions = WRITE.parse(options)
+        self.queue = given.queue
+        self.batch_size = given.batch_size
+        self.ttl = given.ttl
         self.columns = [f.name for f in schema.fields]
         self.has_body = "body" in self.columns
         #: The service's message rules, checked here for a store written
