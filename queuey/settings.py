@@ -78,74 +78,36 @@ def _absolute(value: str) -> str:
 class Settings:
     """The validated settings the web layer uses: the table :data:`SERVER`."""
 
-    storage_backend: str = setting(
-        "queuey.storage.backend", "queuey.storage.sqlite", help="the storage module"
-    )
-    applications_file: str = setting(
-        "queuey.applications", "", help="path of the applications file (required)"
-    )
-    read_delay: float = setting(
-        "queuey.read_delay", "0", minimum=0, help="seconds; reads hide newer messages"
-    )
-    max_clock_skew: float = setting(
-        "queuey.max_clock_skew", "0", minimum=0, help="seconds of skew between API nodes"
-    )
-    default_ttl: int = setting(
-        "queuey.default_ttl", "259200", help="a queue's default message lifetime"
-    )
-    max_ttl: int = setting("queuey.max_ttl", "2592000", minimum=1, help="longest ttl")
-    max_partitions: int = setting(
-        "queuey.max_partitions", "200", minimum=1, help="most partitions of a queue"
-    )
-    max_message_size: int = setting(
-        "queuey.max_message_size", "1048576", minimum=64, help="bytes per message"
-    )
-    max_batch_messages: int = setting(
-        "queuey.max_batch_messages", "1000", minimum=1, help="messages per batch post"
-    )
-    max_batch_size: int = setting(
-        "queuey.max_batch_size", "4194304", minimum=1024, help="bytes per batch body"
-    )
+    storage_backend: str = setting("queuey.storage.backend", "queuey.storage.sqlite")
+    applications_file: str = setting("queuey.applications", "")
+    read_delay: float = setting("queuey.read_delay", "0", minimum=0)
+    max_clock_skew: float = setting("queuey.max_clock_skew", "0", minimum=0)
+    default_ttl: int = setting("queuey.default_ttl", "259200")
+    max_ttl: int = setting("queuey.max_ttl", "2592000", minimum=1)
+    max_partitions: int = setting("queuey.max_partitions", "200", minimum=1)
+    max_message_size: int = setting("queuey.max_message_size", "1048576", minimum=64)
+    max_batch_messages: int = setting("queuey.max_batch_messages", "1000", minimum=1)
+    max_batch_size: int = setting("queuey.max_batch_size", "4194304", minimum=1024)
     #: Largest body of any route that reads no message: the admin pages'
     #: forms (but posting a message), and every other path (:mod:`queuey.web.bodies`).
-    max_form_size: int = setting(
-        "queuey.max_form_size", "65536", minimum=1024, maximum=2**24, help="bytes of other bodies"
-    )
+    max_form_size: int = setting("queuey.max_form_size", "65536", minimum=1024, maximum=2**24)
     trusted_proxies: tuple[Network, ...] = setting(
-        "queuey.trusted_proxies",
-        "",
-        parse=parse_networks,
-        help="CIDRs whose X-Forwarded-For counts",
+        "queuey.trusted_proxies", "", parse=parse_networks
     )
     metrics_allow: tuple[Network, ...] = setting(
-        "queuey.metrics.allow",
-        "127.0.0.0/8, ::1/128",
-        parse=parse_networks,
-        help="CIDRs that may read /metrics",
+        "queuey.metrics.allow", "127.0.0.0/8, ::1/128", parse=parse_networks
     )
-    zookeeper_hosts: str = setting("queuey.zookeeper.hosts", "", help="ZooKeeper to check")
-    retry_after: int = setting(
-        "queuey.retry_after", "5", minimum=1, help="Retry-After of an unhealthy heartbeat"
-    )
-    metadata_cache_seconds: float = setting(
-        "queuey.metadata_cache_seconds", "1", minimum=0, help="how long queue metadata is kept"
-    )
-    dedup_window: int = setting(
-        "queuey.dedup_window",
-        "300",
-        minimum=1,
-        maximum=604800,
-        help="seconds a dedup_id is remembered (storage backends read it too)",
-    )
+    zookeeper_hosts: str = setting("queuey.zookeeper.hosts", "")
+    retry_after: int = setting("queuey.retry_after", "5", minimum=1)
+    metadata_cache_seconds: float = setting("queuey.metadata_cache_seconds", "1", minimum=0)
+    dedup_window: int = setting("queuey.dedup_window", "300", minimum=1, maximum=604800)
     #: Most ``reserve`` calls of this process that long-poll at once; one
     #: more answers at once (each waiting call holds a server thread).
-    reserve_max_waiting: int = setting(
-        "queuey.reserve.max_waiting", "64", minimum=0, maximum=10000, help="long polls at once"
-    )
+    reserve_max_waiting: int = setting("queuey.reserve.max_waiting", "64", minimum=0, maximum=10000)
     #: Longest pause, seconds, between a long poll's storage checks when no
     #: post on this process wakes it (delayed messages, other API nodes).
     reserve_poll_interval: float = setting(
-        "queuey.reserve.poll_interval", "0.5", minimum=0.01, maximum=0.5, help="poll pause"
+        "queuey.reserve.poll_interval", "0.5", minimum=0.01, maximum=0.5
     )
     #: Each application's share unless the applications file says otherwise
     #: (:mod:`queuey.core.quotas`; 0 turns a limit off): authenticated requests

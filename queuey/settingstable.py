@@ -33,7 +33,7 @@ from typing import Any
 from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
 
-__all__ = ["Key", "Table", "boolean", "integer", "number", "setting", "text"]
+__all__ = ["Key", "Table", "integer", "number", "setting"]
 
 #: Where :func:`setting` keeps a field's :class:`Key` in the field's metadata.
 METADATA = "queuey.setting"
@@ -61,21 +61,12 @@ def number(value: Any) -> float:
         raise ValueError("not a number") from None
 
 
-def boolean(value: Any) -> bool:
-    """A boolean word (:func:`queuey.coerce.as_bool`)."""
-    return as_bool(value)
-
-
-def text(value: Any) -> str:
-    return str(value)
-
-
 #: The parser a field's type implies when its :func:`setting` names none.
 BY_TYPE: dict[Any, Parser] = {
     int: integer,
     float: number,
-    bool: boolean,
-    str: text,
+    bool: as_bool,
+    str: str,
     tuple[str, ...]: as_list,
 }
 
@@ -87,7 +78,7 @@ class Key:
     #: The key as an operator writes it, and as errors and the docs name it.
     name: str
     #: Text to value; ``ValueError`` (or ``TypeError``) when it cannot.
-    parse: Parser = text
+    parse: Parser = str
     #: The value used when the key is absent or empty, as text; ``None``: the
     #: field is ``None`` (or filled in by the owning module).
     default: str | None = None
@@ -156,7 +147,7 @@ def setting(
 
     ``parse`` defaults to the one the field's type implies (:data:`BY_TYPE`).
     """
-    key = Key(name, parse or text, default, minimum, maximum, above, required, help)
+    key = Key(name, parse or str, default, minimum, maximum, above, required, help)
     return dataclasses.field(metadata={METADATA: (key, parse is None)})
 
 
@@ -198,16 +189,12 @@ class Table:
         """Each key's default text (keys without one are left out)."""
         return {k.name: k.default for k in self.keys if k.default is not None}
 
-    def env_name(self, key: Key) -> str | None:
-        if self.env_prefix is None:
-            return None
-        return self.env_prefix + key.name.replace(".", "_").upper()
-
     def raw(self, mapping: Mapping[str, Any], key: Key, environ: Mapping[str, str]) -> Any:
         """``key``'s text as given: the environment's, else the mapping's, else ``None``."""
-        env_name = self.env_name(key)
-        if env_name is not None and env_name in environ:
-            return environ[env_name]
+        if self.env_prefix is not None:
+            env_name = self.env_prefix + key.name.replace(".", "_").upper()
+            if env_name in environ:
+                return environ[env_name]
         if key.name in mapping:
             return mapping[key.name]
         if self.any_case:

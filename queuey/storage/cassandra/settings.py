@@ -84,45 +84,26 @@ def _peer_secret(value: str) -> str:
 class CassandraSettings:
     """The backend's settings, parsed and validated: the table :data:`CASSANDRA`."""
 
-    contact_points: tuple[str, ...] = setting(
-        PREFIX + "contact_points", "127.0.0.1", parse=_hosts, help="comma list of node addresses"
-    )
-    port: int = setting(PREFIX + "port", "9042", minimum=1, maximum=65535, help="CQL port")
-    keyspace: str = setting(PREFIX + "keyspace", "queuey", parse=_keyspace, help="keyspace")
-    local_dc: str = setting(
-        PREFIX + "local_dc", "datacenter1", help="the data centre this API node prefers"
-    )
+    contact_points: tuple[str, ...] = setting(PREFIX + "contact_points", "127.0.0.1", parse=_hosts)
+    port: int = setting(PREFIX + "port", "9042", minimum=1, maximum=65535)
+    keyspace: str = setting(PREFIX + "keyspace", "queuey", parse=_keyspace)
+    local_dc: str = setting(PREFIX + "local_dc", "datacenter1")
     replication: Mapping[str, Any] = setting(
         PREFIX + "replication",
         "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         parse=_replication,
-        help="replication map used when the schema creates the keyspace",
     )
-    request_timeout: float = setting(
-        PREFIX + "request_timeout", "2", above=0, help="seconds; the write timeout"
-    )
+    request_timeout: float = setting(PREFIX + "request_timeout", "2", above=0)
     #: None: 5 seconds, or the request timeout if longer.
-    connect_timeout: float = setting(
-        PREFIX + "connect_timeout", above=0, help="seconds a connection attempt may take"
-    )
-    bucket_seconds: int = setting(
-        PREFIX + "bucket_seconds", "60", minimum=1, maximum=86400, help="time bucket width"
-    )
+    connect_timeout: float = setting(PREFIX + "connect_timeout", above=0)
+    bucket_seconds: int = setting(PREFIX + "bucket_seconds", "60", minimum=1, maximum=86400)
     max_ttl: int = setting(
-        PREFIX + "max_ttl",
-        "2592000",
-        minimum=1,
-        maximum=CASSANDRA_MAX_TTL - TTL_SLACK,
-        help="the longest ttl the backend stores",
+        PREFIX + "max_ttl", "2592000", minimum=1, maximum=CASSANDRA_MAX_TTL - TTL_SLACK
     )
-    create_schema: bool = setting(
-        PREFIX + "create_schema", "false", help="create the schema on first connection"
-    )
-    username: str | None = setting(PREFIX + "username", help="plain-text authentication")
-    password: str | None = setting(PREFIX + "password", help="plain-text authentication")
-    protocol_version: int = setting(
-        PREFIX + "protocol_version", "5", minimum=4, maximum=5, help="CQL native protocol"
-    )
+    create_schema: bool = setting(PREFIX + "create_schema", "false")
+    username: str | None = setting(PREFIX + "username")
+    password: str | None = setting(PREFIX + "password")
+    protocol_version: int = setting(PREFIX + "protocol_version", "5", minimum=4, maximum=5)
     #: Work queues: a process owns a subscription's queue partition for a term
     #: and keeps its leases in memory (:mod:`.owned`); the ``lwt`` design
     #: (every change a lightweight transaction) was removed.
