@@ -166,7 +166,7 @@ class Settings:
     stats_max_age: float
     stats_budget: float
     stats_max_queues: int
-    #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.group`).
+    #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.consumergroup`).
     groups_root: str
     #: The admin pages at ``/admin/`` (:mod:`queuey.admin`): served at all,
     #: the secret signing their session cookies (random per process when

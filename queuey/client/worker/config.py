@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from queuey.client.consumergroup import DEFAULT_ROOT
 from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
-from queuey.client.group import DEFAULT_ROOT
 from queuey.coerce import as_bool, as_list
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
