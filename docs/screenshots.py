@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import queuey  # noqa: E402
 from queuey.clock import ManualClock  # noqa: E402
-from queuey.core.groups import GroupFigures, GroupPartition, Member  # noqa: E402
+from queuey.core.consumergroups import GroupFigures, GroupPartition, Member  # noqa: E402
 from queuey.ids import MICROS  # noqa: E402
 from tests.admin import browser  # noqa: E402
 from tests.support import start_live_server  # noqa: E402

@@ -157,7 +157,7 @@ class Settings:
     stats_max_age: float = setting("queuey.stats.max_age", "30", minimum=0)
     stats_budget: float = setting("queuey.stats.budget", "2", above=0)
     stats_max_queues: int = setting("queuey.stats.max_queues", "5000", minimum=1)
-    #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.group`).
+    #: Where consumer groups live in ZooKeeper (:mod:`queuey.client.consumergroup`).
     groups_root: str = setting("queuey.groups.root", "/queuey/groups", parse=_absolute)
     #: Seconds between the schedule ticker's passes (0: no ticker in this
     #: process), and the most schedules one application may have

@@ -9,6 +9,9 @@ rest is resolved attribute by attribute. A name that is a whole module is
 found by its file and not imported: some modules act when imported
 (:mod:`queuey.wsgi` builds the app and marks its process as one of several
 workers), and a test must not change the process the next test runs in.
+
+``docs/architecture.rst`` also names every module of the package, so a new
+module cannot go undescribed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+PACKAGE = ROOT / "queuey"
 
 #: ``:func:`queuey.x.y```, ``:class:`~queuey.x.Y```, ``:meth:`title <queuey.x.Y.z>```.
 ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj):`([^`]+)`")
@@ -58,6 +62,15 @@ def module_file(dotted: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def package_modules() -> list[str]:
+    """The dotted name of every module in the package (``__init__`` as its package)."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
 
 
 def resolve(dotted: str) -> object:
@@ -129,3 +142,13 @@ def test_a_cited_module_is_found_without_importing_it():
     sys.modules.pop("queuey.wsgi", None)
     assert resolve("queuey.wsgi").name == "queuey.wsgi"
     assert "queuey.wsgi" not in sys.modules
+
+
+def test_the_architecture_page_names_every_module():
+    """Each module of the package is cited on docs/architecture.rst (as
+    ``:mod:`` or inside another role's dotted name)."""
+    text = (DOCS / "architecture.rst").read_text(encoding="utf-8")
+    named = {role_target(m) for m in ROLE.findall(text)}
+    prefixes = {".".join(n.split(".")[:cut]) for n in named for cut in range(1, n.count(".") + 2)}
+    missing = [module for module in package_modules() if module not in prefixes]
+    assert not missing, f"docs/architecture.rst does not name {len(missing)}: {missing}"

@@ -14,7 +14,7 @@ Modules: :mod:`~queuey.admin.session` (sign-in and the session cookie),
 (formatting for templates), :mod:`~queuey.admin.chart` (the depth and rate
 charts), and one module of views per page family: :mod:`~queuey.admin.auth`,
 :mod:`~queuey.admin.queues`, :mod:`~queuey.admin.messages`,
-:mod:`~queuey.admin.dead_letters`, :mod:`~queuey.admin.groups`,
+:mod:`~queuey.admin.dead_letters`, :mod:`~queuey.admin.consumergroups`,
 :mod:`~queuey.admin.schedules`, :mod:`~queuey.admin.flow` (the queue page's
 flow control).
 """

@@ -5,7 +5,7 @@ retries in :mod:`~queuey.client.retry`, its answers in
 :mod:`~queuey.client.models` and :mod:`~queuey.client.errors`);
 ``ConsumerGroup`` divides a group's queue partitions among its live members
 through ZooKeeper and keeps each partition's checkpoint there
-(:mod:`~queuey.client.group`, with :mod:`~queuey.client.member`,
+(:mod:`~queuey.client.consumergroup`, with :mod:`~queuey.client.member`,
 :mod:`~queuey.client.assignment`, :mod:`~queuey.client.lease`,
 :mod:`~queuey.client.ownership`, :mod:`~queuey.client.partition_watch`,
 :mod:`~queuey.client.checkpoint` and :mod:`~queuey.client.discovery`);
@@ -22,6 +22,7 @@ in a local file until the service acknowledges them (:mod:`~queuey.client.spool`
 
 from queuey.client.assignment import assign
 from queuey.client.checkpoint import Checkpoint
+from queuey.client.consumergroup import ConsumerGroup, GroupStats
 from queuey.client.discovery import QueueDiscovery
 from queuey.client.errors import (
     BadRequest,
@@ -38,7 +39,6 @@ from queuey.client.errors import (
     Unavailable,
 )
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
-from queuey.client.group import ConsumerGroup, GroupStats
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
 from queuey.client.models import (

@@ -1,6 +1,6 @@
 """A partition a group member owns: the right to process it and commit its checkpoint.
 
-The group (:class:`queuey.client.group.ConsumerGroup`) creates a
+The group (:class:`queuey.client.consumergroup.ConsumerGroup`) creates a
 :class:`PartitionLease` once it holds the partition's ephemeral owner node,
 and takes it away by making it inactive and waiting for the batch in hand.
 The lease asks its group whether the member may still act (session alive and

@@ -20,7 +20,7 @@ after its session expired. The granted value comes with every (re)connect
 and is recorded each time (:attr:`GroupMember.negotiated_session_timeout`).
 
 :class:`GroupMember` holds that client, the member node and those rules; the
-consumer group (:class:`queuey.client.group.ConsumerGroup`) adds what the member
+consumer group (:class:`queuey.client.consumergroup.ConsumerGroup`) adds what the member
 owns. kazoo's listener must not block, so state changes are only recorded
 and queued as ``("state", (generation, state))`` events, which the group's
 coordinator thread hands to :meth:`GroupMember._handle_state`.

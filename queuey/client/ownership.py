@@ -7,7 +7,7 @@ committing the work that finished and deleting the node. A member that wants a
 partition whose owner node still exists sets a watch and waits for it to go.
 So a partition has at most one owner at any moment, whatever the members
 believe; which partitions a member *wants* is the consumer group's business
-(:class:`queuey.client.group.ConsumerGroup`).
+(:class:`queuey.client.consumergroup.ConsumerGroup`).
 """
 
 from __future__ import annotations

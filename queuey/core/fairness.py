@@ -100,7 +100,7 @@ class GroupTracker:
         self._queues: dict[Key, _Counts] = {}
         self._lock = threading.Lock()
         #: Called with the queue's key after each count, outside the lock
-        #: (the metrics' cross-process figures: :mod:`queuey.core.fairgroups`).
+        #: (the metrics' cross-process figures: :mod:`queuey.core.fairmetrics`).
         self.on_counted: Callable[[Key], None] | None = None
 
     def _position(self) -> tuple[int, float]:

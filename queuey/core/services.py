@@ -18,10 +18,10 @@ from typing import Any, Literal
 from queuey.applications import Application, load_applications
 from queuey.clock import Clock
 from queuey.core.buckets import Buckets
+from queuey.core.consumergroups import Groups
 from queuey.core.fairness import GroupTracker
 from queuey.core.flow import AppLimits, FlowControl
 from queuey.core.flowsettings import FlowSettings
-from queuey.core.groups import Groups
 from queuey.core.lengths import Lengths
 from queuey.core.longpoll import LongPolls
 from queuey.core.messages import MessageRules

@@ -21,7 +21,7 @@ from pyramid.response import Response
 from pyramid.view import view_config
 
 from queuey.core.access import client_address
-from queuey.core.fairgroups import MAX_QUEUES, FairGroups
+from queuey.core.fairmetrics import MAX_QUEUES, FairGroups
 from queuey.core.metrics import Metrics
 from queuey.core.queuecounters import OTHER
 from queuey.core.services import services_of
@@ -154,7 +154,7 @@ class FlowCollector(Collector):
 
     ``queuey_fair_group_posts``: each fair queue's busiest groups by posts in
     the last :data:`queuey.core.fairness.WINDOW` seconds, summed over the
-    server's processes (:class:`queuey.core.fairgroups.FairGroups`), at most
+    server's processes (:class:`queuey.core.fairmetrics.FairGroups`), at most
     :data:`FAIR_GROUPS` groups of :data:`FAIR_QUEUES` queues, of which at most
     :data:`FAIR_QUEUES_PER_APPLICATION` of one application.
     """

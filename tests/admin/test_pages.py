@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from queuey.core.groups import GroupFigures, GroupPartition, Member
+from queuey.core.consumergroups import GroupFigures, GroupPartition, Member
 from queuey.errors import StorageUnavailable
 from tests.admin.conftest import csrf_of
 from tests.web.calls import create, post, read, reserved
@@ -260,7 +260,7 @@ def test_groups_page_shows_members_owners_and_lag(admin):
 
 
 def test_groups_page_when_zookeeper_does_not_answer(admin):
-    from queuey.core.groups import GroupsUnavailable
+    from queuey.core.consumergroups import GroupsUnavailable
 
     class Down:
         def for_application(self, application):

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from queuey.cli.records import BadLine, decode
-from queuey.core.groups import _json, _member
+from queuey.core.consumergroups import _json, _member
 
 pytestmark = pytest.mark.unit
 

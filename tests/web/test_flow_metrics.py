@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from queuey.core.fairgroups import STALE, FairGroups
+from queuey.core.fairmetrics import STALE, FairGroups
 from queuey.core.fairness import WINDOW, GroupTracker
 from tests.support import wait_until
 from tests.web.calls import batch, create

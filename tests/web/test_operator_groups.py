@@ -1,5 +1,5 @@
 """Consumer groups as operators see them, read from the real ZooKeeper
-(queuey.core.groups): members, partition owners and lag per partition."""
+(queuey.core.consumergroups): members, partition owners and lag per partition."""
 
 from __future__ import annotations
 

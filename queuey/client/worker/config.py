@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from queuey.client.consumergroup import DEFAULT_ROOT
 from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
-from queuey.client.group import DEFAULT_ROOT
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 from queuey.settingstable import Table, setting

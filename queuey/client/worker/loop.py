@@ -40,9 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from queuey.client.consumergroup import ConsumerGroup
 from queuey.client.discovery import QueueDiscovery
 from queuey.client.errors import ClientError
-from queuey.client.group import ConsumerGroup
 from queuey.client.http import QueueyClient
 from queuey.client.lease import PartitionLease
 from queuey.client.models import ReceivedMessage

@@ -40,7 +40,7 @@ from queuey.storage import Storage
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.counters import counter_of
-from queuey.storage.cassandra.flow import CassandraFlow
+from queuey.storage.cassandra.inflight import CassandraFlow
 from queuey.storage.cassandra.owned import OwnedWorkQueue
 from queuey.storage.cassandra.reads import hidden, message_of, read_messages, scan_partition
 from queuey.storage.cassandra.schedules import CassandraSchedules

@@ -1,7 +1,7 @@
 """Consumer groups as operators see them: members, partition owners and lag.
 
 Groups live in ZooKeeper, written by the client library
-(:mod:`queuey.client.group` documents the layout). The service only reads
+(:mod:`queuey.client.consumergroup` documents the layout). The service only reads
 them: :class:`Groups` lists every group under the configured root, and for
 each (queue, partition) the group owns or has a checkpoint for, computes the
 lag against the store: how many live messages follow the checkpoint (counted

@@ -1,6 +1,6 @@
 """Consumer groups of the signed-in application: members, partition owners, lag.
 
-Read from :mod:`queuey.core.groups` (``request.services.groups``, cached there; ``None``
+Read from :mod:`queuey.core.consumergroups` (``request.services.groups``, cached there; ``None``
 when ``queuey.zookeeper.hosts`` is not set, and the page says so).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyramid.view import view_config
 
 from queuey.core.access import Permission
-from queuey.core.groups import GroupsUnavailable
+from queuey.core.consumergroups import GroupsUnavailable
 
 
 @view_config(
