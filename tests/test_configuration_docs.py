@@ -1,4 +1,5 @@
-"""Every key of every settings table is documented, and every documented key exists.
+"""Every key of every settings table is documented, every documented key exists,
+and every default a table shows as a literal is the declared one.
 
 The keys are the tables of :mod:`queuey.settingstable`: the server's, each
 storage backend's and the worker's are documented in docs/configuration.rst,
@@ -98,6 +99,27 @@ def documented(page: str) -> set[str]:
     return keys
 
 
+def shown_defaults(page: str) -> dict[str, str]:
+    """The defaults the page's tables show as literals, by key (tables with a
+    ``default`` column; a default in words, such as "(required)", is not read)."""
+    _tables, titles = PAGES[page]
+    sections = _sections((DOCS / page).read_text())
+    shown: dict[str, str] = {}
+    for title in titles:
+        rules, header = 0, ""
+        for line in sections[title]:
+            if _BORDER.match(line.strip()):
+                rules += 1
+            elif rules % 3 == 1:
+                header = line
+            elif rules % 3 == 2 and header.split()[1:2] == ["default"]:
+                cells = re.split(r"\s{2,}", line.strip())
+                key, default = (_LITERAL.fullmatch(c) for c in (cells + [""])[:2])
+                if key and default:
+                    shown[key.group(1)] = default.group(1)
+    return shown
+
+
 def declared(page: str) -> set[str]:
     tables, _titles = PAGES[page]
     return {name for table in tables for name in table.names()}
@@ -111,6 +133,18 @@ def test_every_key_is_documented(page):
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_documented_key_exists(page):
     assert sorted(documented(page) - declared(page)) == []
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_default_shown_is_the_declared_one(page):
+    tables, _titles = PAGES[page]
+    keys = {key.name: key for table in tables for key in table.keys}
+    shown = shown_defaults(page)
+    assert {k: keys[k].default for k in shown} == shown
+
+
+def test_the_checker_reads_defaults():
+    assert shown_defaults("configuration.rst")["queuey.read_delay"] == "0"
 
 
 def test_the_checker_reads_both_kinds_of_table():
