@@ -4,6 +4,8 @@ Every key lives under ``queuey.`` in the ini's app section. An environment
 variable may override any key: ``queuey.read_delay`` is overridden by
 ``QUEUEY_READ_DELAY`` (dots become underscores, upper case). A bad value stops
 the service with a :class:`~queuey.errors.ConfigurationError` naming the key.
+Each key is declared once, on its :class:`Settings` field (the table
+:data:`SERVER`, :mod:`queuey.settingstable`).
 """
 
 from __future__ import annotations
