@@ -46,15 +46,18 @@ M = TypeVar("M", bound=BaseModel)
 _QUEUE_REF = re.compile(QUEUE_REF_PATTERN)
 
 
-class InvalidParameters(ServiceError):
+class InvalidParameters(ServiceError, entry="invalid_parameters"):
     """400: one entry per bad field."""
 
     def __init__(self, errors: Mapping[str, str]) -> None:
         super().__init__(", ".join(f"{k}: {v}" for k, v in errors.items()))
         self.errors = dict(errors)
 
+    def errors_by_field(self) -> dict[str, str]:
+        return dict(self.errors)
 
-class PayloadTooLarge(ServiceError):
+
+class PayloadTooLarge(ServiceError, entry="payload_too_large"):
     """413: the body or one message is over the configured limit."""
 
     def __init__(self, field: str, message: str) -> None:
