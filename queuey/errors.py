@@ -106,7 +106,11 @@ class Catalogued(Exception):
         return self.retry_after if self.entry.retry else None
 
     def errors_by_field(self) -> dict[str, str]:
-        """What is wrong, by the field to fix (the REST API's ``error_msg``)."""
+        """What is wrong, by the field to fix (the REST API's ``error_msg``):
+        the exception's ``errors`` when it carries one text per field."""
+        errors = getattr(self, "errors", None)
+        if errors is not None:
+            return dict(errors)
         return {self.entry.field or self.field: self.entry.text.format(exc=self)}
 
 

@@ -53,9 +53,6 @@ class InvalidParameters(ServiceError, entry="invalid_parameters"):
         super().__init__(", ".join(f"{k}: {v}" for k, v in errors.items()))
         self.errors = dict(errors)
 
-    def errors_by_field(self) -> dict[str, str]:
-        return dict(self.errors)
-
 
 class PayloadTooLarge(ServiceError, entry="payload_too_large"):
     """413: the body or one message is over the configured limit."""
