@@ -27,7 +27,7 @@ from queuey.core.cron import (
     MAX_INSTANT_TEXT,
     ZONE_PATTERN,
 )
-from queuey.core.messages import MAX_PRIORITY, InvalidFields
+from queuey.core.messages import MAX_PRIORITY
 from queuey.limits import MAX_ATTRIBUTE_NAME, MAX_ATTRIBUTE_VALUE, MAX_PARTITION_KEY
 from queuey.model.schedules import (
     MAX_INTERVAL,
@@ -146,12 +146,9 @@ def _application(request) -> str:
 def create_schedule(request):
     body = json_body(request, request.services.settings.max_message_size)
     params = validate(CreateSchedule, body)
-    try:
-        made = request.services.schedules.create(
-            _application(request), params.model_dump(exclude_none=True)
-        )
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
+    made = request.services.schedules.create(
+        _application(request), params.model_dump(exclude_none=True)
+    )
     return ok(201, **made.to_json())
 
 
@@ -180,8 +177,5 @@ def pause_schedule(request):
 
 @view_config(route_name="schedule_resume", request_method="POST", permission=Permission.MANAGE)
 def resume_schedule(request):
-    try:
-        resumed = request.services.schedules.resume(_application(request), _name(request))
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
+    resumed = request.services.schedules.resume(_application(request), _name(request))
     return ok(**resumed.to_json())
