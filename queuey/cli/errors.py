@@ -7,7 +7,7 @@ in-process meet them) is worded by :data:`EXIT_LINES`.
 
 from __future__ import annotations
 
-from queuey.errors import Catalogued
+from queuey.errors import CATALOGUE, Catalogued
 
 
 class CommandError(Exception):
@@ -21,32 +21,11 @@ class CommandError(Exception):
 #: The exit status of every catalogued refusal.
 REFUSED = 1
 
-_AS_SAID = "error: {exc}"
-
 #: Every entry of the catalogue, by name: the line printed on stderr, formed
-#: by ``line.format(exc=exc)``.
-EXIT_LINES: dict[str, str] = {
-    "invalid_parameters": _AS_SAID,
-    "invalid_json": _AS_SAID,
-    "not_json": _AS_SAID,
-    "payload_too_large": _AS_SAID,
-    "queue_not_found": "error: no queue named {exc}",
-    "queue_exists": "error: a queue named {exc} exists already",
-    "invalid_update": _AS_SAID,
-    "schedule_not_found": "error: no schedule named {exc}",
-    "schedule_exists": "error: a schedule named {exc} exists already",
+#: by ``line.format(exc=exc)``: the API's text, and for what mends itself a
+#: hint to run the command again (with the store's own words when it is down).
+EXIT_LINES: dict[str, str] = {name: f"error: {e.text}" for name, e in CATALOGUE.items()} | {
     "schedule_conflict": "error: {exc}; try again",
-    "too_many_schedules": "error: {exc} (queuey.schedules.limit)",
-    "throttled": _AS_SAID,
-    "too_many_queues": _AS_SAID,
-    "queue_paused": _AS_SAID,
-    "rate_limited": _AS_SAID,
-    "queue_full": _AS_SAID,
-    "quota_exceeded": _AS_SAID,
-    "priority_on_fair_queue": _AS_SAID,
-    "batch_over_burst": _AS_SAID,
-    "too_many_subscriptions": _AS_SAID,
-    "table_full": _AS_SAID,
     "storage_unavailable": "error: the store did not answer ({exc}); try again",
 }
 
