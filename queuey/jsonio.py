@@ -41,11 +41,11 @@ _DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
 _LONG_RUN = b"1" * 19
 
 
-class NotJSON(ServiceError):
+class NotJSON(ServiceError, entry="not_json"):
     """415: the body is not JSON."""
 
 
-class InvalidJSON(ServiceError):
+class InvalidJSON(ServiceError, entry="invalid_json"):
     """400: JSON, but outside what the service accepts (too deep, overflowing
     numbers, lone surrogates)."""
 

@@ -4,13 +4,17 @@ The API's error views answer JSON; on admin routes one exception view per
 route takes precedence (Pyramid looks for exception views by the route's
 request type first), so whatever goes wrong under ``/admin`` is a page in the
 admin's look: signed out -> the sign-in page, a missing or wrong CSRF token
--> 400 saying nothing was changed, a body over its limit -> 413, storage down
--> 503 with ``Retry-After``, anything unexpected -> 500, logged, never a traceback.
+-> 400 saying nothing was changed, any refusal of the core's catalogue
+(:data:`queuey.errors.CATALOGUE`: a body over its limit, storage down, a
+queue limit...) -> its status with the words of :data:`PAGES` (and
+``Retry-After`` where the entry says), anything unexpected -> 500, logged,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from pyramid.events import NewResponse
@@ -18,10 +22,7 @@ from pyramid.exceptions import BadCSRFToken
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound, HTTPSeeOther
 from pyramid.renderers import render_to_response
 
-from queuey.core.flow import FlowRefused
-from queuey.core.quotas import Throttled, TooManyQueues
-from queuey.errors import QueueNotFound, StorageUnavailable
-from queuey.web.params import InvalidParameters, PayloadTooLarge
+from queuey.errors import Catalogued, StorageUnavailable
 from queuey.web.security import Refused
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,53 @@ SECURITY_HEADERS = {
 }
 
 
+@dataclass(frozen=True)
+class Page:
+    """A catalogue entry as an admin page: its title and its message, formed
+    by ``message.format(exc=exc)``."""
+
+    title: str
+    message: str = "{exc}"
+
+
+_BAD_REQUEST = Page("Bad request")
+_FLOW = Page("Refused by flow control", "{exc}.")
+
+#: Every entry of :data:`queuey.errors.CATALOGUE`, by name, as a page.
+PAGES: dict[str, Page] = {
+    "invalid_parameters": _BAD_REQUEST,
+    "invalid_json": _BAD_REQUEST,
+    "not_json": _BAD_REQUEST,
+    "payload_too_large": Page(
+        "Form too large", "Nothing was changed: {exc}. Go back and send less."
+    ),
+    "queue_not_found": Page("No such queue", "There is no queue named {exc}."),
+    "queue_exists": Page("Queue exists", "A queue named {exc} exists already."),
+    "invalid_update": Page("Change refused", "Nothing was changed: {exc}."),
+    "schedule_not_found": Page("No such schedule", "There is no schedule named {exc}."),
+    "schedule_exists": Page("Schedule exists", "A schedule named {exc} exists already."),
+    "schedule_conflict": Page("Schedule busy", "{exc}; try again."),
+    "too_many_schedules": Page("Schedule limit reached"),
+    "throttled": Page(
+        "Too many requests",
+        "This application is over its request rate; try again in {exc.retry_after} s.",
+    ),
+    "too_many_queues": Page("Queue limit reached"),
+    "queue_paused": _FLOW,
+    "rate_limited": _FLOW,
+    "queue_full": _FLOW,
+    "quota_exceeded": _FLOW,
+    "priority_on_fair_queue": _FLOW,
+    "batch_over_burst": _FLOW,
+    "too_many_subscriptions": _FLOW,
+    "table_full": _FLOW,
+    "storage_unavailable": Page(
+        "Storage unavailable",
+        "The message store did not answer. Nothing more was changed; try again shortly.",
+    ),
+}
+
+
 def is_admin_path(path: str) -> bool:
     return path == "/admin" or path.startswith("/admin/")
 
@@ -72,6 +120,22 @@ def sign_in_redirect(request) -> HTTPSeeOther:
     return HTTPSeeOther(location=target)
 
 
+def refusal_page(request, exc: Catalogued):
+    """A refusal of the catalogue as a page: its status, its :data:`PAGES`
+    words and, where its entry says, ``Retry-After``."""
+    if isinstance(exc, StorageUnavailable):
+        log.warning("storage unavailable: %s", exc)
+    page = PAGES[exc.entry.name]
+    wait = exc.wait()
+    return error_page(
+        request,
+        exc.status,
+        page.title,
+        page.message.format(exc=exc),
+        headers=None if wait is None else {"Retry-After": str(wait)},
+    )
+
+
 def admin_error(exc, request):
     """The one exception view of every admin route."""
     if isinstance(exc, BadCSRFToken):
@@ -89,38 +153,8 @@ def admin_error(exc, request):
         return error_page(
             request, 403, "Not allowed", "This address may not use the application's key."
         )
-    if isinstance(exc, StorageUnavailable):
-        log.warning("storage unavailable: %s", exc)
-        return error_page(
-            request,
-            503,
-            "Storage unavailable",
-            "The message store did not answer. Nothing more was changed; try again shortly.",
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-    if isinstance(exc, Throttled):
-        return error_page(
-            request,
-            429,
-            "Too many requests",
-            f"This application is over its request rate; try again in {exc.retry_after} s.",
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-    if isinstance(exc, TooManyQueues):
-        return error_page(request, 403, "Queue limit reached", str(exc))
-    if isinstance(exc, FlowRefused):
-        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return error_page(
-            request, exc.status, "Refused by flow control", f"{exc}.", headers=headers
-        )
-    if isinstance(exc, QueueNotFound):
-        return error_page(request, 404, "No such queue", f"There is no queue named {exc}.")
-    if isinstance(exc, InvalidParameters):
-        return error_page(request, 400, "Bad request", str(exc))
-    if isinstance(exc, PayloadTooLarge):
-        return error_page(
-            request, 413, "Form too large", f"Nothing was changed: {exc}. Go back and send less."
-        )
+    if isinstance(exc, Catalogued):
+        return refusal_page(request, exc)
     if isinstance(exc, HTTPNotFound):
         return error_page(request, 404, "Not found", "There is no admin page at this address.")
     if isinstance(exc, HTTPException):

@@ -33,10 +33,10 @@ import sys
 from collections.abc import Sequence
 
 from queuey.cli import flow, keys, peek, redrive, schedules, schema, spool, stats, transfer
-from queuey.cli.errors import CommandError
+from queuey.cli.errors import REFUSED, CommandError, exit_line
 from queuey.cli.remote import describe
 from queuey.client.errors import ClientError
-from queuey.errors import ConfigurationError, ServiceError
+from queuey.errors import Catalogued, ConfigurationError
 
 #: The modules that add a subcommand, in the order ``--help`` lists them.
 COMMANDS = (keys, schema, stats, peek, transfer, redrive, schedules, flow, spool)
@@ -60,9 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except Catalogued as exc:
+        print(exit_line(exc), file=sys.stderr)
+        return REFUSED
     except CommandError as exc:
         print(f"queuey {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from queuey import jsonio
+from queuey.errors import Catalogued
 from queuey.limits import MAX_DEDUP_ID, MAX_PRIORITY
 from queuey.model import NewMessage, QueueMeta
 from queuey.model.flow import GROUP_KEY, valid_group
@@ -53,7 +54,7 @@ class InvalidMessage(ValueError):
         self.limit = limit
 
 
-class InvalidFields(ValueError):
+class InvalidFields(Catalogued, ValueError, entry="invalid_parameters"):
     """Several of one message's inputs are wrong: ``errors`` maps each field to why."""
 
     def __init__(self, errors: dict[str, str]) -> None:

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from queuey.core.quotas import Quotas
+from queuey.errors import Catalogued
 from queuey.model import QueueMeta
 from queuey.storage import MetadataChanges, Storage
 
@@ -24,7 +25,7 @@ from queuey.storage import MetadataChanges, Storage
 _DEFAULT_DEAD_LETTER_ROOM = 50 - len("-dead")
 
 
-class InvalidQueue(ValueError):
+class InvalidQueue(Catalogued, ValueError, entry="invalid_parameters"):
     """Queue settings that break a rule across fields: ``errors`` maps the
     field to fix to why."""
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from queuey.applications import Application
 from queuey.clock import Clock
 from queuey.core.buckets import Buckets
+from queuey.errors import Catalogued
 from queuey.ids import MICROS
 from queuey.settings import Settings
 
@@ -79,7 +80,7 @@ class Limits:
     bytes: int = 0
 
 
-class Throttled(Exception):
+class Throttled(Catalogued, entry="throttled"):
     """The application has used its requests per second; retry after ``retry_after`` s."""
 
     def __init__(self, application: str, limit: float, retry_after: int) -> None:
@@ -91,7 +92,7 @@ class Throttled(Exception):
         self.retry_after = retry_after
 
 
-class TooManyQueues(Exception):
+class TooManyQueues(Catalogued, entry="too_many_queues"):
     """The application has ``limit`` queues already."""
 
     def __init__(self, application: str, limit: int) -> None:

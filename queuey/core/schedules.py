@@ -54,11 +54,11 @@ MAX_TRIES = 5
 MAX_QUEUE_NAME = 80
 
 
-class ScheduleConflict(ServiceError):
+class ScheduleConflict(ServiceError, entry="schedule_conflict"):
     """A change lost :data:`MAX_TRIES` races in a row (503: try again)."""
 
 
-class TooManySchedules(ServiceError):
+class TooManySchedules(ServiceError, entry="too_many_schedules"):
     """The application has as many schedules as it may (``queuey.schedules.limit``)."""
 
 

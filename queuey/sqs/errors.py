@@ -5,11 +5,16 @@ One :class:`SQSError` per failure; the JSON protocol answers
 ``x-amzn-query-error: <query code>;<Sender|Receiver>`` (what botocore reads to
 raise the same exception as over the query protocol), the query protocol an
 ``<ErrorResponse>`` carrying the query code.
+
+Every refusal of the core's catalogue (:data:`queuey.errors.CATALOGUE`) is
+answered in SQS's words by :data:`REFUSALS` through :func:`refusal`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from queuey.errors import Catalogued
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,72 @@ class SQSError(Exception):
     @property
     def name(self) -> str:
         return self.kind.name
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A catalogue entry in SQS's words: the code (a key of :data:`KINDS`,
+    which holds its status and whose fault it is) and the text, formed by
+    ``text.format(exc=exc)``; ``query_text`` where the query protocol words
+    it apart."""
+
+    code: str
+    text: str = "{exc}"
+    query_text: str = ""
+
+    @property
+    def kind(self) -> ErrorKind:
+        return KINDS[self.code]
+
+
+_THROTTLED = Refusal("RequestThrottled")
+
+#: Every catalogue entry, by name, as this endpoint answers it. Paused, full
+#: or over a rate or a quota is ``RequestThrottled``, which SDKs retry on
+#: their own; a batch that could never pass whole (larger than a rate's
+#: burst) or a new subscription past the limit are errors no retry mends.
+REFUSALS: dict[str, Refusal] = {
+    "invalid_parameters": Refusal("InvalidParameterValue"),
+    "invalid_json": Refusal("SerializationException"),
+    "not_json": Refusal("SerializationException"),
+    "payload_too_large": Refusal("RequestEntityTooLarge"),
+    "queue_not_found": Refusal(
+        "QueueDoesNotExist",
+        "The specified queue does not exist.",
+        "The specified queue does not exist for this wsdl version.",
+    ),
+    "queue_exists": Refusal("QueueNameExists", "A queue named {exc} exists already."),
+    "invalid_update": Refusal("InvalidAttributeValue"),
+    "schedule_not_found": Refusal("ResourceNotFoundException", "No schedule named {exc}."),
+    "schedule_exists": Refusal("InvalidParameterValue", "A schedule named {exc} exists already."),
+    "schedule_conflict": Refusal("ServiceUnavailable"),
+    "too_many_schedules": Refusal("OverLimit"),
+    "throttled": Refusal("RequestThrottled", "Rate exceeded. {exc}"),
+    "too_many_queues": Refusal("OverLimit", "Too many queues. {exc}"),
+    "queue_paused": _THROTTLED,
+    "rate_limited": _THROTTLED,
+    "queue_full": _THROTTLED,
+    "quota_exceeded": _THROTTLED,
+    "table_full": _THROTTLED,
+    "priority_on_fair_queue": Refusal("InvalidParameterValue"),
+    "batch_over_burst": Refusal("TooManyEntriesInBatchRequest"),
+    "too_many_subscriptions": Refusal("OverLimit"),
+    "storage_unavailable": Refusal("ServiceUnavailable", "The service is unavailable, retry."),
+}
+
+
+def refusal(exc: SQSError | Catalogued) -> SQSError:
+    """The SQS answer to an error: an :class:`SQSError` as it is, a catalogued
+    refusal by :data:`REFUSALS` (with ``Retry-After`` where its entry says)."""
+    if isinstance(exc, SQSError):
+        return exc
+    words = REFUSALS[exc.entry.name]
+    return SQSError(
+        words.code,
+        words.text.format(exc=exc),
+        retry_after=exc.wait(),
+        query_message=words.query_text.format(exc=exc) or None,
+    )
 
 
 def invalid(message: str) -> SQSError:

@@ -16,13 +16,11 @@ from pyramid.response import Response
 from pyramid.security import NO_PERMISSION_REQUIRED
 
 from queuey.core.access import client_address
-from queuey.core.flow import FlowRefused
-from queuey.core.quotas import Throttled, TooManyQueues
 from queuey.core.services import services_of
-from queuey.errors import StorageUnavailable
+from queuey.errors import Catalogued, StorageUnavailable
 from queuey.sqs import protocol, sigv4
 from queuey.sqs.actions import Caller, SQSService
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, refusal
 from queuey.sqs.queues import Place
 
 log = logging.getLogger(__name__)
@@ -79,23 +77,10 @@ def endpoint(request, service: SQSService):
         place = Place(request.host_url, application.account_id, region, settings.sqs_region)
         result = service.call(call.action, Caller(application, place, call.action), params)
         status, headers, payload = protocol.ok(call, result, request_id)
-    except SQSError as exc:
-        status, headers, payload = protocol.error(json_protocol, exc, request_id)
-    except Throttled as exc:
-        throttled = SQSError(
-            "RequestThrottled", f"Rate exceeded. {exc}", retry_after=exc.retry_after
-        )
-        status, headers, payload = protocol.error(json_protocol, throttled, request_id)
-    except FlowRefused as exc:
-        status, headers, payload = protocol.error(json_protocol, flow_error(exc), request_id)
-    except TooManyQueues as exc:
-        full = SQSError("OverLimit", f"Too many queues. {exc}")
-        status, headers, payload = protocol.error(json_protocol, full, request_id)
-    except StorageUnavailable as exc:
-        log.warning("sqs %s: storage unavailable: %s", call.action if call else "?", exc)
-        unavailable = SQSError("ServiceUnavailable", "The service is unavailable, retry.")
-        status, headers, payload = protocol.error(json_protocol, unavailable, request_id)
-        headers["Retry-After"] = str(exc.retry_after)
+    except (SQSError, Catalogued) as exc:
+        if isinstance(exc, StorageUnavailable):
+            log.warning("sqs %s: storage unavailable: %s", call.action if call else "?", exc)
+        status, headers, payload = protocol.error(json_protocol, refusal(exc), request_id)
     response = Response(body=payload, status=status)
     response.headers.update(headers)
     return response
@@ -152,17 +137,3 @@ def includeme(config) -> None:
             request_method=("GET", "POST"),
             permission=NO_PERMISSION_REQUIRED,
         )
-
-
-def flow_error(exc: FlowRefused) -> SQSError:
-    """A flow-control refusal in SQS's words. Paused, full or over a rate or
-    a quota: ``RequestThrottled``, which SDKs retry on their own; a batch that
-    could never pass whole (larger than a rate's burst) or a new subscription
-    past the limit: errors no retry mends."""
-    if exc.status == 413:
-        return SQSError("TooManyEntriesInBatchRequest", str(exc))
-    if exc.status == 403:
-        return SQSError("OverLimit", str(exc))
-    if exc.status == 400:
-        return SQSError("InvalidParameterValue", str(exc))
-    return SQSError("RequestThrottled", str(exc), retry_after=exc.retry_after)

@@ -1,4 +1,10 @@
-"""One error view per failure kind, one error shape for all of them."""
+"""One error view per failure kind, one error shape for all of them.
+
+Every refusal of the core is one entry of :data:`queuey.errors.CATALOGUE`,
+answered by one view (:func:`refused`); the views here add what only the web
+door meets: undecodable paths, 401/403, 404/405, other HTTP errors and the
+last resort.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,7 @@ from pyramid.exceptions import PredicateMismatch, URLDecodeError
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound
 from pyramid.view import exception_view_config, forbidden_view_config, notfound_view_config
 
-from queuey.core.flow import FlowRefused
-from queuey.core.quotas import Throttled, TooManyQueues
-from queuey.errors import (
-    InvalidUpdate,
-    QueueExists,
-    QueueNotFound,
-    StorageUnavailable,
-)
-from queuey.jsonio import InvalidJSON, NotJSON
-from queuey.web.params import InvalidParameters, PayloadTooLarge
+from queuey.errors import Catalogued
 from queuey.web.responses import error
 from queuey.web.security import Refused
 from queuey.web.state import web_state_of
@@ -25,71 +22,21 @@ from queuey.web.state import web_state_of
 log = logging.getLogger(__name__)
 
 
-@exception_view_config(InvalidParameters)
-def invalid_parameters(exc, request):
-    return error(400, exc.errors)
-
-
-@exception_view_config(InvalidJSON)
-def invalid_json(exc, request):
-    return error(400, {"body": str(exc)})
-
-
 @exception_view_config(URLDecodeError)
 def path_not_utf8(exc, request):
     return error(400, {"path": "the path is not valid UTF-8"})
 
 
-@exception_view_config(InvalidUpdate)
-def invalid_update(exc, request):
-    return error(400, {"partitions": str(exc)})
-
-
-@exception_view_config(PayloadTooLarge)
-def too_large(exc, request):
-    return error(413, {exc.field: str(exc)})
-
-
-@exception_view_config(NotJSON)
-def not_json(exc, request):
-    return error(415, {"body": str(exc)})
-
-
-@exception_view_config(QueueNotFound)
-def queue_not_found(exc, request):
-    return error(404, {"queue_name": f"no queue named {exc}"})
-
-
-@exception_view_config(QueueExists)
-def queue_exists(exc, request):
-    return error(409, {"queue_name": f"a queue named {exc} exists already"})
-
-
-@exception_view_config(Throttled)
-def throttled(exc, request):
-    return error(429, {"rate_limit": str(exc)}, headers={"Retry-After": str(exc.retry_after)})
-
-
-@exception_view_config(FlowRefused)
-def flow_refused(exc, request):
-    """Paused, full, over a rate or a quota: the setting named, when to retry."""
-    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-    return error(exc.status, {exc.field: str(exc)}, headers=headers)
-
-
-@exception_view_config(TooManyQueues)
-def too_many_queues(exc, request):
-    return error(403, {"max_queues": str(exc)})
-
-
-@exception_view_config(StorageUnavailable)
-def unavailable(exc, request):
-    log.warning("storage unavailable: %s", exc)
-    return error(
-        503,
-        {"storage": "the message store is unavailable, retry later"},
-        headers={"Retry-After": str(exc.retry_after)},
-    )
+@exception_view_config(Catalogued)
+def refused(exc: Catalogued, request):
+    """Any refusal of the catalogue: its status, ``{field: text}`` and, where
+    the entry says, ``Retry-After``."""
+    entry = exc.entry
+    if entry.name == "storage_unavailable":
+        log.warning("storage unavailable: %s", exc)
+    wait = exc.wait()
+    headers = None if wait is None else {"Retry-After": str(wait)}
+    return error(entry.status, exc.errors_by_field(), headers=headers)
 
 
 @forbidden_view_config()

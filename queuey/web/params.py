@@ -46,7 +46,7 @@ M = TypeVar("M", bound=BaseModel)
 _QUEUE_REF = re.compile(QUEUE_REF_PATTERN)
 
 
-class InvalidParameters(ServiceError):
+class InvalidParameters(ServiceError, entry="invalid_parameters"):
     """400: one entry per bad field."""
 
     def __init__(self, errors: Mapping[str, str]) -> None:
@@ -54,7 +54,7 @@ class InvalidParameters(ServiceError):
         self.errors = dict(errors)
 
 
-class PayloadTooLarge(ServiceError):
+class PayloadTooLarge(ServiceError, entry="payload_too_large"):
     """413: the body or one message is over the configured limit."""
 
     def __init__(self, field: str, message: str) -> None:

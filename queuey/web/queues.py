@@ -9,11 +9,10 @@ from __future__ import annotations
 from pyramid.view import view_config
 
 from queuey.core.access import Permission
-from queuey.core.messages import InvalidFields
-from queuey.core.queues import InvalidQueue, check_queue_settings, queue_from
+from queuey.core.queues import check_queue_settings, queue_from
 from queuey.model import QueueMeta
 from queuey.model.flow import QUEUE_FIELDS
-from queuey.web.params import InvalidParameters, form_or_json, query, validate
+from queuey.web.params import form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
 
 
@@ -28,24 +27,14 @@ def _split(params) -> tuple[dict, dict]:
     return given, flow
 
 
-def _change_flow(request, meta: QueueMeta, given: dict) -> QueueMeta:
-    try:
-        return request.services.flow_settings.change_queue(meta, given)
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
-
-
 def new_queue(request, params, application: str) -> QueueMeta:
     """Create a queue from validated ``create_queue`` parameters, by the core's
     rules (:func:`queuey.core.queues.queue_from`; ``QueueExists`` when the name
     is taken), then give it the flow settings among them."""
-    try:
-        meta = queue_from(params, application, request.clock.now_micros())
-    except InvalidQueue as exc:
-        raise InvalidParameters(exc.errors) from None
+    meta = queue_from(params, application, request.clock.now_micros())
     created = request.services.queues.create(meta)
     _, flow = _split(params)
-    return _change_flow(request, created, flow) if flow else created
+    return request.services.flow_settings.change_queue(created, flow) if flow else created
 
 
 @view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
@@ -78,19 +67,16 @@ def update_queue(request):
         request.models.update_queue, form_or_json(request, _body_limit(request)), meta.partitions
     )
     changes, flow = _split(params)
-    try:
-        check_queue_settings(
-            meta.name,
-            changes.get("ttl", meta.ttl),
-            changes.get("delay", meta.delay),
-            changes.get("max_attempts", meta.max_attempts),
-            changes.get("dead_letter_queue", meta.dead_letter_queue),
-            changed=set(changes),
-        )
-    except InvalidQueue as exc:
-        raise InvalidParameters(exc.errors) from None
+    check_queue_settings(
+        meta.name,
+        changes.get("ttl", meta.ttl),
+        changes.get("delay", meta.delay),
+        changes.get("max_attempts", meta.max_attempts),
+        changes.get("dead_letter_queue", meta.dead_letter_queue),
+        changed=set(changes),
+    )
     # Flow first: its last rule (no fair FIFO queue) refuses before anything is written.
-    updated = _change_flow(request, meta, flow)
+    updated = request.services.flow_settings.change_queue(meta, flow)
     if changes or not flow:
         updated = request.services.queues.update(meta.application, meta.name, **changes)
     return ok(**queue_json(updated))

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema
 from pydantic_core import PydanticCustomError
-from pyramid.view import exception_view_config, view_config
+from pyramid.view import view_config
 
 from queuey.core.access import Permission
 from queuey.core.cron import (
@@ -27,9 +27,7 @@ from queuey.core.cron import (
     MAX_INSTANT_TEXT,
     ZONE_PATTERN,
 )
-from queuey.core.messages import MAX_PRIORITY, InvalidFields
-from queuey.core.schedules import ScheduleConflict, TooManySchedules
-from queuey.errors import ScheduleExists, ScheduleNotFound
+from queuey.core.messages import MAX_PRIORITY
 from queuey.limits import MAX_ATTRIBUTE_NAME, MAX_ATTRIBUTE_VALUE, MAX_PARTITION_KEY
 from queuey.model.schedules import (
     MAX_INTERVAL,
@@ -38,7 +36,7 @@ from queuey.model.schedules import (
     NAME_PATTERN,
 )
 from queuey.web.params import InvalidParameters, json_body, validate
-from queuey.web.responses import error, ok
+from queuey.web.responses import ok
 from queuey.web.schemas import QUEUE_REF_PATTERN, Boolean, Integer, Model
 
 _NAME = re.compile(NAME_PATTERN)
@@ -148,12 +146,9 @@ def _application(request) -> str:
 def create_schedule(request):
     body = json_body(request, request.services.settings.max_message_size)
     params = validate(CreateSchedule, body)
-    try:
-        made = request.services.schedules.create(
-            _application(request), params.model_dump(exclude_none=True)
-        )
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
+    made = request.services.schedules.create(
+        _application(request), params.model_dump(exclude_none=True)
+    )
     return ok(201, **made.to_json())
 
 
@@ -182,28 +177,5 @@ def pause_schedule(request):
 
 @view_config(route_name="schedule_resume", request_method="POST", permission=Permission.MANAGE)
 def resume_schedule(request):
-    try:
-        resumed = request.services.schedules.resume(_application(request), _name(request))
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
+    resumed = request.services.schedules.resume(_application(request), _name(request))
     return ok(**resumed.to_json())
-
-
-@exception_view_config(ScheduleNotFound)
-def schedule_not_found(exc, request):
-    return error(404, {"schedule": f"no schedule named {exc}"})
-
-
-@exception_view_config(ScheduleExists)
-def schedule_exists(exc, request):
-    return error(409, {"name": f"a schedule named {exc} exists already"})
-
-
-@exception_view_config(ScheduleConflict)
-def schedule_conflict(exc, request):
-    return error(409, {"schedule": str(exc)})
-
-
-@exception_view_config(TooManySchedules)
-def too_many_schedules(exc, request):
-    return error(403, {"max_schedules": f"{exc} (queuey.schedules.limit)"})

@@ -13,7 +13,6 @@ import re
 from pyramid.view import view_config
 
 from queuey.core.access import Permission
-from queuey.core.messages import InvalidFields
 from queuey.web.params import PATTERN_WORDS, InvalidParameters, json_body, validate
 from queuey.web.responses import ok
 from queuey.web.schemas import SUBSCRIPTION_PATTERN, SubscriptionSettings
@@ -49,12 +48,9 @@ def configure(request):
         SubscriptionSettings, json_body(request, request.services.settings.max_form_size)
     )
     given = {name: getattr(params, name) for name in params.model_fields_set}
-    try:
-        done = request.services.subscriptions.configure(
-            request.context.meta, subscription, given, request.services.flow_settings
-        )
-    except InvalidFields as exc:
-        raise InvalidParameters(exc.errors) from None
+    done = request.services.subscriptions.configure(
+        request.context.meta, subscription, given, request.services.flow_settings
+    )
     return ok(**done.to_json())
 
 
