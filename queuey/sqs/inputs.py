@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from queuey.sqs import handles
 from queuey.sqs import queues as qs
+from queuey.sqs.api import ACTIONS
 from queuey.sqs.errors import SQSError, invalid, missing
 
 #: Most entries in one batch action (SQS's limit).
@@ -61,11 +62,11 @@ def receipt(params: Mapping) -> str:
     return receipt
 
 
-def entries(params: Mapping, entry_type: str) -> list[dict]:
-    """A batch action's entries, checked as SQS does (``entry_type``: the
-    action's entry shape, which SQS names when there is none)."""
+def entries(params: Mapping, action: str) -> list[dict]:
+    """The entries of the batch action ``action``, checked as SQS does."""
     entries = params.get("Entries")
     if entries is None or entries == []:
+        entry_type = ACTIONS[action].input.members["Entries"].shape.item
         raise SQSError(
             "EmptyBatchRequest", f"There should be at least one {entry_type} in the request."
         )

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queuey.sqs import query
+from queuey.sqs.api import ACTIONS, Shape
 from queuey.sqs.errors import KINDS, SQSError
-from queuey.sqs.shapes import ACTIONS_SHAPES, Shape
 from tests.sqs.query_model import old_model
 
 pytestmark = pytest.mark.unit
@@ -74,10 +74,10 @@ def _compare(ours: Shape, theirs: botocore.model.Shape, path: str, wire_checked:
 
 
 def test_shapes_match_the_query_model(old):
-    assert set(old.operation_names) == set(ACTIONS_SHAPES)
+    assert set(old.operation_names) == set(ACTIONS)
     for action in old.operation_names:
         operation = old.operation_model(action)
-        ours_in, ours_out = ACTIONS_SHAPES[action]
+        ours_in, ours_out = ACTIONS[action].input, ACTIONS[action].output
         _compare(ours_in, operation.input_shape, action, True)
         if operation.output_shape is not None:
             _compare(ours_out, operation.output_shape, action + "Result", True)
@@ -86,7 +86,7 @@ def test_shapes_match_the_query_model(old):
 def test_shapes_cover_the_json_model(new):
     for action in new.operation_names:
         operation = new.operation_model(action)
-        ours_in, ours_out = ACTIONS_SHAPES[action]
+        ours_in, ours_out = ACTIONS[action].input, ACTIONS[action].output
         _compare(ours_in, operation.input_shape, action, False)
         if operation.output_shape is not None:
             _compare(ours_out, operation.output_shape, action + "Result", False)
@@ -281,7 +281,7 @@ def test_errors_parse_back(old):
 
 @settings(max_examples=300)
 @given(
-    action=st.sampled_from(sorted(ACTIONS_SHAPES)),
+    action=st.sampled_from(sorted(ACTIONS)),
     pairs=st.lists(
         st.tuples(
             st.text(alphabet="AttributeNameValue.1234567890x", max_size=30), st.text(max_size=10)
@@ -298,7 +298,7 @@ def test_any_pairs_give_a_value_or_an_sqs_error(action, pairs):
 
 @settings(max_examples=300)
 @given(
-    action=st.sampled_from(sorted(ACTIONS_SHAPES)),
+    action=st.sampled_from(sorted(ACTIONS)),
     body=st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),
         lambda inner: (
