@@ -2,7 +2,9 @@
 
 Every action takes its input and answers its output as the JSON protocol
 shapes them (member names of the SQS API); :mod:`.protocol` translates for the
-query protocol. Which actions there are is the action table's
+query protocol. The input has been checked against the action's input shape
+(member types and required members, :mod:`.query`), so an action checks only
+values. Which actions there are is the action table's
 (:mod:`.api`); the actions are grouped by what they act on:
 :mod:`.queue_actions` (queues and message move tasks),
 :mod:`.attribute_actions` (a queue's attributes and tags) and

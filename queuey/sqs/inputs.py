@@ -47,10 +47,7 @@ def text_token(params: Mapping, name: str) -> str | None:
 
 
 def names(params: Mapping, name: str) -> list[str]:
-    value = params.get(name) or []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise invalid(f"{name} must be a list of names.")
-    return value
+    return params.get(name) or []
 
 
 def receipt(params: Mapping) -> str:
@@ -70,8 +67,6 @@ def entries(params: Mapping, action: str) -> list[dict]:
         raise SQSError(
             "EmptyBatchRequest", f"There should be at least one {entry_type} in the request."
         )
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid("Entries must be a list of entries.")
     if len(entries) > MAX_BATCH:
         raise SQSError(
             "TooManyEntriesInBatchRequest",
