@@ -5,6 +5,8 @@ handler and permission class every action has."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import botocore.loaders
 import botocore.model
@@ -186,3 +188,13 @@ def test_the_attribute_names_are_botocores(model):
 
     assert qa.ALL_NAMES == names("QueueAttributeName")
     assert set(messages.SYSTEM_ATTRIBUTES) == names("MessageSystemAttributeNameForSends")
+
+
+@pytest.mark.unit
+def test_the_docs_name_the_grantable_actions():
+    text = " ".join((Path(__file__).parents[2] / "docs" / "sqs.rst").read_text().split())
+    listed = re.search(r"Actions: ``\*``, (.*?); the three batch actions", text)
+    assert listed, "docs/sqs.rst no longer lists AddPermission's actions"
+    assert set(re.findall(r"``(\w+)``", listed.group(1))) == policy.GRANTABLE
+    batches = {n for n, a in ACTIONS.items() if a.grant not in (None, n)}
+    assert len(batches) == 3
