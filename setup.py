@@ -19,6 +19,7 @@ REQUIRES = [
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
     "rich>=13.7,<16",  # the queuey CLI: tables and progress bars
     "orjson>=3.10,<4",  # JSON in and out of the API (queuey.jsonio)
+    "botocore>=1.40,<2",  # the SQS endpoint's shapes: botocore's model of SQS (queuey.sqs.api)
 ]
 SPARK_REQUIRES = [
     "pyspark>=4.0,<4.4",  # 4.1: filter push-down; 4.2: admission control, available-now

@@ -97,7 +97,7 @@ DOORS = (
     "queuey.web.security",
     "queuey.web",
     "queuey.sqs.views",
-    "queuey.sqs.limits",
+    "queuey.sqs.body_limit",
 )
 
 

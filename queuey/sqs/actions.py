@@ -2,7 +2,10 @@
 
 Every action takes its input and answers its output as the JSON protocol
 shapes them (member names of the SQS API); :mod:`.protocol` translates for the
-query protocol. The actions are grouped by what they act on:
+query protocol. The input has been checked against the action's input shape
+(member types and required members, :mod:`.query`), so an action checks only
+values. Which actions there are is the action table's
+(:mod:`.api`); the actions are grouped by what they act on:
 :mod:`.queue_actions` (queues and message move tasks),
 :mod:`.attribute_actions` (a queue's attributes and tags) and
 :mod:`.message_actions` (sending, receiving, settling); :class:`SQSService`
@@ -11,10 +14,10 @@ is all of them, and runs one by its name.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from queuey.core.services import Services
+from queuey.sqs.api import ACTIONS
 from queuey.sqs.attribute_actions import AttributeActions
 from queuey.sqs.caller import SCAN, SUBSCRIPTION, Caller
 from queuey.sqs.errors import SQSError
@@ -23,7 +26,7 @@ from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.permission_actions import PermissionActions
 from queuey.sqs.queue_actions import QueueActions
 
-__all__ = ["ACTIONS", "SCAN", "SUBSCRIPTION", "Caller", "SQSService"]
+__all__ = ["SCAN", "SUBSCRIPTION", "Caller", "SQSService"]
 
 
 class SQSService(QueueActions, AttributeActions, MessageActions, PermissionActions):
@@ -33,7 +36,7 @@ class SQSService(QueueActions, AttributeActions, MessageActions, PermissionActio
         super().__init__(services)
         self.moves = MoveTasks(services.storage, services.workqueues, services.clock)
         self.handlers: dict[str, Callable[[Caller, dict], dict]] = {
-            name: getattr(self, _snake(name)) for name in ACTIONS
+            name: getattr(self, action.handler) for name, action in ACTIONS.items()
         }
 
     def call(self, action: str, caller: Caller, params: dict) -> dict:
@@ -41,34 +44,3 @@ class SQSService(QueueActions, AttributeActions, MessageActions, PermissionActio
         if handler is None:
             raise SQSError("InvalidAction", f"The action {action} is not valid for this endpoint.")
         return handler(caller, params)
-
-
-ACTIONS = (
-    "CreateQueue",
-    "GetQueueUrl",
-    "ListQueues",
-    "DeleteQueue",
-    "PurgeQueue",
-    "GetQueueAttributes",
-    "SetQueueAttributes",
-    "TagQueue",
-    "UntagQueue",
-    "ListQueueTags",
-    "SendMessage",
-    "SendMessageBatch",
-    "ReceiveMessage",
-    "DeleteMessage",
-    "DeleteMessageBatch",
-    "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch",
-    "ListDeadLetterSourceQueues",
-    "StartMessageMoveTask",
-    "ListMessageMoveTasks",
-    "CancelMessageMoveTask",
-    "AddPermission",
-    "RemovePermission",
-)
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

@@ -15,7 +15,7 @@ from queuey.model import QueueMeta
 from queuey.sqs import attributes as qa
 from queuey.sqs import queues as qs
 from queuey.sqs.caller import SUBSCRIPTION, Actions, Caller
-from queuey.sqs.errors import invalid, missing
+from queuey.sqs.errors import missing
 
 
 def check_dead_letter_target(
@@ -66,8 +66,6 @@ class AttributeActions(Actions):
 
     def set_queue_attributes(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        if params.get("Attributes") is None:
-            raise missing("Attributes")
         changes = qa.attribute_changes(
             params["Attributes"],
             meta,
@@ -101,8 +99,6 @@ class AttributeActions(Actions):
         keys = params.get("TagKeys")
         if not keys:
             raise missing("TagKeys")
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise invalid("TagKeys must be a list of tag keys.")
         self.queues.update(
             meta.application, meta.name, attributes_removed=[qs.TAG_PREFIX + k for k in keys]
         )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from queuey.sqs import handles
 from queuey.sqs import queues as qs
+from queuey.sqs.api import ACTIONS
 from queuey.sqs.errors import SQSError, invalid, missing
 
 #: Most entries in one batch action (SQS's limit).
@@ -46,10 +47,7 @@ def text_token(params: Mapping, name: str) -> str | None:
 
 
 def names(params: Mapping, name: str) -> list[str]:
-    value = params.get(name) or []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise invalid(f"{name} must be a list of names.")
-    return value
+    return params.get(name) or []
 
 
 def receipt(params: Mapping) -> str:
@@ -61,16 +59,14 @@ def receipt(params: Mapping) -> str:
     return receipt
 
 
-def entries(params: Mapping, entry_type: str) -> list[dict]:
-    """A batch action's entries, checked as SQS does (``entry_type``: the
-    action's entry shape, which SQS names when there is none)."""
+def entries(params: Mapping, action: str) -> list[dict]:
+    """The entries of the batch action ``action``, checked as SQS does."""
     entries = params.get("Entries")
     if entries is None or entries == []:
+        entry_type = ACTIONS[action].input.members["Entries"].shape.item
         raise SQSError(
             "EmptyBatchRequest", f"There should be at least one {entry_type} in the request."
         )
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid("Entries must be a list of entries.")
     if len(entries) > MAX_BATCH:
         raise SQSError(
             "TooManyEntriesInBatchRequest",

@@ -48,7 +48,7 @@ class MessageActions(Actions):
 
     def send_message_batch(self, caller: Caller, params: dict) -> dict:
         meta = self._queue(caller, params)
-        entries = inputs.entries(params, "SendMessageBatchRequestEntry")
+        entries = inputs.entries(params, "SendMessageBatch")
         if meta.fifo:
             for entry in entries:
                 check_fifo_entry(meta, entry, batch=True)
@@ -233,10 +233,7 @@ class MessageActions(Actions):
     def _settle_batch(self, caller: Caller, params: dict, deleting: bool) -> dict:
         meta = self._queue(caller, params)
         entries = inputs.entries(
-            params,
-            "DeleteMessageBatchRequestEntry"
-            if deleting
-            else "ChangeMessageVisibilityBatchRequestEntry",
+            params, "DeleteMessageBatch" if deleting else "ChangeMessageVisibilityBatch"
         )
         groups: dict[int | None, list[tuple[str, str, str]]] = {}
         failed: list[dict] = []

@@ -45,18 +45,6 @@ _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,249})?$")
 MAX_ATTRIBUTES = 10
 #: The system attributes a sender may set.
 SYSTEM_ATTRIBUTES = ("AWSTraceHeader",)
-#: What ReceiveMessage can return under ``Attributes``.
-RECEIVE_ATTRIBUTES = (
-    "SenderId",
-    "SentTimestamp",
-    "ApproximateReceiveCount",
-    "ApproximateFirstReceiveTimestamp",
-    "SequenceNumber",
-    "MessageDeduplicationId",
-    "MessageGroupId",
-    "AWSTraceHeader",
-    "DeadLetterQueueSourceArn",
-)
 
 
 def check_text(value: str, body: bool = True) -> None:

@@ -48,8 +48,6 @@ def _list(params: Mapping, name: str, member: str) -> list[str]:
     values = params.get(name)
     if not values:
         raise missing(member)
-    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise invalid(f"{name} must be a list of strings.")
     return list(dict.fromkeys(values))  # each once, in the order given
 
 

@@ -11,8 +11,10 @@ Actions and resources may hold ``*`` and ``?`` wildcards, as IAM's do.
 
 Conditions are not evaluated: a statement with a ``Condition`` never allows,
 and a ``Deny`` with one always applies (refusing too much, never too little).
-Only :data:`GRANTABLE` actions can be allowed to another account; the others
-(the queue's settings, tags, permissions, deletion) stay the owner's.
+Only :data:`GRANTABLE` actions can be allowed to another account (the batch
+actions with their single action); the others (the queue's settings, tags,
+permissions, deletion) stay the owner's. Both come from the action table
+(:mod:`queuey.sqs.api`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from queuey.sqs.api import ACTIONS
 from queuey.sqs.errors import SQSError
 
 if TYPE_CHECKING:
@@ -35,42 +38,11 @@ MAX_TEXT = 20480
 #: Characters of one resource pattern, at most (an ARN is far shorter).
 MAX_PATTERN = 512
 VERSIONS = ("2008-10-17", "2012-10-17")
-#: The actions a policy can allow another account.
-GRANTABLE = frozenset(
-    (
-        "SendMessage",
-        "ReceiveMessage",
-        "DeleteMessage",
-        "ChangeMessageVisibility",
-        "GetQueueAttributes",
-        "GetQueueUrl",
-        "ListDeadLetterSourceQueues",
-        "PurgeQueue",
-    )
-)
-#: A batch action is allowed by the permission of its single action.
-BATCHES = {
-    "SendMessageBatch": "SendMessage",
-    "DeleteMessageBatch": "DeleteMessage",
-    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
-}
-#: Actions only a queue's owner runs: AddPermission names them with its own text.
-OWNER_ONLY = frozenset(
-    (
-        "AddPermission",
-        "RemovePermission",
-        "CreateQueue",
-        "DeleteQueue",
-        "ListQueues",
-        "SetQueueAttributes",
-        "TagQueue",
-        "UntagQueue",
-        "ListQueueTags",
-        "StartMessageMoveTask",
-        "ListMessageMoveTasks",
-        "CancelMessageMoveTask",
-    )
-)
+#: The actions a policy can allow another account (a batch action is allowed
+#: by its single action's permission), and those only a queue's owner runs
+#: (AddPermission names them with its own text): both from the action table.
+GRANTABLE = frozenset(a.name for a in ACTIONS.values() if a.grant == a.name)
+OWNER_ONLY = frozenset(a.name for a in ACTIONS.values() if a.owner_only)
 STATEMENT_KEYS = frozenset(
     (
         "Sid",
@@ -277,8 +249,8 @@ def _parse(text: str) -> tuple[_Statement, ...] | None:
 def grant_action(action: str) -> str | None:
     """The permission an action needs from another account's queue, or None:
     only its owner may run it."""
-    action = BATCHES.get(action, action)
-    return action if action in GRANTABLE else None
+    found = ACTIONS.get(action)
+    return None if found is None else found.grant
 
 
 def allows(text: str | None, account_id: str, action: str, arn: str) -> bool:

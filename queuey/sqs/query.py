@@ -4,7 +4,8 @@
 input (``Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=5`` becomes
 ``{"Attributes": {"VisibilityTimeout": "5"}}``), :func:`validate_json` checks a
 JSON protocol input against the same shapes, and :func:`render_result` /
-:func:`render_error` write the XML answers. The shapes are :mod:`.shapes`.
+:func:`render_error` write the XML answers. The shapes are the action
+table's (:mod:`.api`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
+from queuey.sqs.api import ACTIONS, Member, Shape
 from queuey.sqs.errors import SQSError
-from queuey.sqs.shapes import ACTIONS_SHAPES, Member, Shape
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 #: Parameters the query protocol adds around an action's own.
@@ -36,9 +37,10 @@ def _invalid(name: str, reason: str) -> SQSError:
 
 def _shapes(action: str) -> tuple[Shape, Shape]:
     try:
-        return ACTIONS_SHAPES[action]
+        found = ACTIONS[action]
     except KeyError:
         raise SQSError("InvalidAction", f"The action {action[:100]} is not valid.") from None
+    return found.input, found.output
 
 
 # -- query protocol in -------------------------------------------------------------

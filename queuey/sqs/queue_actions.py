@@ -23,7 +23,7 @@ from queuey.sqs import inputs
 from queuey.sqs import queues as qs
 from queuey.sqs.attribute_actions import check_dead_letter_target
 from queuey.sqs.caller import SCAN, Actions, Caller
-from queuey.sqs.errors import SQSError, invalid, missing
+from queuey.sqs.errors import SQSError, invalid
 from queuey.sqs.movetasks import MoveTasks
 
 
@@ -35,11 +35,7 @@ class QueueActions(Actions):
     moves: MoveTasks
 
     def create_queue(self, caller: Caller, params: dict) -> dict:
-        if params.get("QueueName") is None:
-            raise missing("QueueName")
         given = params.get("Attributes") or {}
-        if not isinstance(given, Mapping):
-            raise invalid("Attributes must be a map of names to values.")
         flag = given.get("FifoQueue")
         fifo = isinstance(flag, str) and flag.lower() == "true"
         name = caller.place.stored(qs.check_name(params["QueueName"], fifo))
@@ -100,12 +96,7 @@ class QueueActions(Actions):
         return {"QueueUrl": caller.place.url(meta.name)}
 
     def get_queue_url(self, caller: Caller, params: dict) -> dict:
-        name = params.get("QueueName")
-        if name is None:
-            raise missing("QueueName")
-        owner = params.get("QueueOwnerAWSAccountId")
-        if not isinstance(name, str) or not (owner is None or isinstance(owner, str)):
-            raise qs.no_such_queue()
+        name, owner = params["QueueName"], params.get("QueueOwnerAWSAccountId")
         # Another account's queue when its policy allows GetQueueUrl (Actions._named);
         # caller.place then shows the owner's account id.
         meta = self._named(caller, caller.place.stored(name), owner)
@@ -113,7 +104,7 @@ class QueueActions(Actions):
 
     def list_queues(self, caller: Caller, params: dict) -> dict:
         prefix = params.get("QueueNamePrefix") or ""
-        if not isinstance(prefix, str) or len(prefix) > 80:
+        if len(prefix) > 80:
             raise invalid("QueueNamePrefix must be at most 80 characters.")
         limit = inputs.integer(params, "MaxResults", 1, 1000)
         after = inputs.read_token(params.get("NextToken"))
@@ -204,8 +195,5 @@ class QueueActions(Actions):
         return {"Results": self.moves.list(caller.place, source)[:limit]}
 
     def cancel_message_move_task(self, caller: Caller, params: dict) -> dict:
-        handle = params.get("TaskHandle")
-        if handle is None:
-            raise missing("TaskHandle")
-        moved = self.moves.cancel(caller.application.name, handle)
+        moved = self.moves.cancel(caller.application.name, params["TaskHandle"])
         return {"ApproximateNumberOfMessagesMoved": moved}

@@ -101,13 +101,6 @@ class Place:
             raise no_such_queue()
         return parts[0], self.stored(name)
 
-    def name_from_url(self, url: object) -> str:
-        """The stored name of the queue a ``QueueUrl`` names, if it is one of this account's."""
-        account, name = self.locate(url)
-        if account != self.account_id:
-            raise no_such_queue()
-        return name
-
     def name_from_arn(self, arn: object, what: str) -> str:
         """The stored name of the queue an ARN names: this account's, in this region."""
         match = ARN.match(arn) if isinstance(arn, str) else None

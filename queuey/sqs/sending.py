@@ -96,8 +96,6 @@ def new_message(
     body = entry.get("MessageBody")
     if body is None or body == "":
         raise missing("MessageBody")
-    if not isinstance(body, str):
-        raise invalid("The request must contain a non-empty MessageBody.")
     msgs.check_text(body)
     attributes = msgs.parse_attributes(entry.get("MessageAttributes"))
     system = msgs.parse_attributes(entry.get("MessageSystemAttributes"), system=True)

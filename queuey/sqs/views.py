@@ -20,6 +20,7 @@ from queuey.core.services import services_of
 from queuey.errors import Catalogued, StorageUnavailable
 from queuey.sqs import protocol, sigv4
 from queuey.sqs.actions import Caller, SQSService
+from queuey.sqs.api import ACTIONS
 from queuey.sqs.errors import SQSError, refusal
 from queuey.sqs.queues import Place
 
@@ -46,7 +47,7 @@ def endpoint(request, service: SQSService):
     call = None
     try:
         # At most request_limit bytes: a longer one was refused before this
-        # view ran (queuey.web.bodies, answered by queuey.sqs.limits).
+        # view ran (queuey.web.bodies, answered by queuey.sqs.body_limit).
         body = request.body
         application, region = _authenticate(request, body)
         services.quotas.admit(application.name)  # its rate (queuey.core.quotas)
@@ -59,12 +60,10 @@ def endpoint(request, service: SQSService):
         )
         # For the request log line (queuey.web.metrics).
         request.environ["queuey.application"] = application.name
-        request.environ["queuey.sqs_action"] = (
-            call.action if call.action in service.handlers else "unknown"
-        )
+        request.environ["queuey.sqs_action"] = call.action if call.action in ACTIONS else "unknown"
         if call.action is None:
             raise SQSError("MissingAction", "The request must contain the parameter Action.")
-        if call.action not in service.handlers:
+        if call.action not in ACTIONS:
             if call.json:
                 raise SQSError("UnknownOperationException", f"Unknown operation {call.action}.")
             raise SQSError(
