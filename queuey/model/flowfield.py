@@ -83,7 +83,8 @@ class FlowField:
     @property
     def description(self) -> str:
         """The help text with what turns it off, for schemas and options."""
-        return self.help if self.kind in ("flag", "choice") else f"{self.help}; 0: {self.off}"
+        off = "" if self.kind in ("flag", "choice") else f"; 0: {self.off}"
+        return self.help + off + ("" if self.fifo else "; not on FIFO queues")
 
     def read(self, text: str | None) -> Any:
         """The value a stored string holds (the default when it does not parse)."""

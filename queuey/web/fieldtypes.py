@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic_core import PydanticCustomError
 
 from queuey.model.flow import fields_of
@@ -78,19 +78,6 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
 
 
-def _places(field: FlowField) -> Any:
-    """The model's own check of a value (a rate's decimal places)."""
-
-    def check(value: Any) -> Any:
-        try:
-            field.stored(value)
-        except ValueError as exc:
-            raise PydanticCustomError(field.kind, str(exc)) from None
-        return value
-
-    return AfterValidator(check)
-
-
 def flow_type(field: FlowField) -> Any:
     """What a request may give for a flow setting (:data:`queuey.model.flow.FIELDS`)."""
     if field.kind == "flag":
@@ -99,19 +86,13 @@ def flow_type(field: FlowField) -> Any:
         return Literal[field.values]
     if field.kind == "count":
         return Integer(0, field.high)
-    step = 10.0**-field.places
-    return Annotated[Number(0, field.high, multiple_of=step), _places(field)]
-
-
-def _flow_description(field: FlowField) -> str:
-    return field.description if field.fifo else f"{field.description}; not on FIFO queues"
+    return Number(0, field.high, multiple_of=10.0**-field.places)
 
 
 def flow_model(resource: Resource, name: str) -> type[Model]:
     """A model of the resource's flow settings: those absent stay as they are;
     0 or false turns one off."""
     fields = {
-        f.name: (flow_type(f), Field(None, description=_flow_description(f)))
-        for f in fields_of(resource)
+        f.name: (flow_type(f), Field(None, description=f.description)) for f in fields_of(resource)
     }
     return create_model(name, __base__=Model, __doc__=flow_model.__doc__, **fields)
