@@ -24,19 +24,11 @@ from queuey.admin.helpers import flow_limit
 from queuey.admin.queues import queue_page
 from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields
-from queuey.model.flow import fields_of
-from queuey.model.flowfield import RATE_PLACES, FlowField, FlowRecord, Resource
+from queuey.model.flow import limits_of
+from queuey.model.flowfield import FlowField, FlowRecord
 from queuey.web.params import PATTERN_WORDS, SUBSCRIPTION_PATTERN
 
-#: A rate or a count as the form may give it: bounded before conversion.
-_RATE = re.compile(rf"[0-9]{{1,12}}(\.[0-9]{{1,{RATE_PLACES}}})?")
-_COUNT = re.compile(r"[0-9]{1,12}")
 _SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
-
-
-def form_fields(resource: Resource) -> tuple[FlowField, ...]:
-    """The fields of the resource's limits form (a pause has its own button)."""
-    return tuple(f for f in fields_of(resource) if not f.switch)
 
 
 def form_text(flow: FlowRecord) -> dict[str, str]:
@@ -58,13 +50,14 @@ def form_value(field: FlowField, text: str) -> Any:
         return text or field.default
     if not text:
         return 0
-    if field.kind == "rate":
-        if not _RATE.fullmatch(text):
-            raise ValueError("must be messages per second, e.g. 50 or 0.5 (empty: no limit)")
-        return float(text)
-    if not _COUNT.fullmatch(text):
-        raise ValueError("must be a whole number (empty: no limit)")
-    return int(text)
+    try:
+        return field.from_text(text)
+    except ValueError:
+        if field.kind == "rate":
+            raise ValueError(
+                "must be messages per second, e.g. 50 or 0.5 (empty: no limit)"
+            ) from None
+        raise ValueError("must be a whole number (empty: no limit)") from None
 
 
 def changed_fields(form, fields: tuple[FlowField, ...]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -92,7 +85,7 @@ def add_flow_fields(event: BeforeRender) -> None:
     """The flow forms' fields and values, for the queue page's template."""
     if (event.get("renderer_name") or "").startswith("queuey.admin:"):
         event.update(
-            flow_fields={r: form_fields(r) for r in ("queue", "subscription")},
+            flow_fields={r: limits_of(r) for r in ("queue", "subscription")},
             flow_text=form_text,
         )
 
@@ -126,7 +119,7 @@ def change_limits(request):
     subscription = None
     try:
         subscription = subscription_of(request)
-        fields = form_fields("queue" if subscription is None else "subscription")
+        fields = limits_of("queue" if subscription is None else "subscription")
         given, errors = changed_fields(form, fields)
         if errors:
             raise InvalidFields(errors)
@@ -138,7 +131,7 @@ def change_limits(request):
         request.response.status = 400
         resource = "subscription" if form.get("subscription", "").strip() else "queue"
         shown = {key: form.get(key, "") for key in form if key.startswith("shown.")}
-        values = {f.name: form.get(f.name, "").strip() for f in form_fields(resource)}
+        values = {f.name: form.get(f.name, "").strip() for f in limits_of(resource)}
         values["subscription"] = form.get("subscription", "").strip()
         return queue_page(request, meta, flow_form={**shown, **values}, flow_errors=exc.errors)
     whose = f"subscription {subscription}" if subscription else f"queue {meta.name}"

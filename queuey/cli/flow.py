@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
 from rich.table import Table
@@ -24,42 +23,26 @@ from queuey.cli.output import stdout_console
 from queuey.cli.remote import connection_parent
 from queuey.cli.schedules import client_of
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
-from queuey.model.flow import fields_of
-from queuey.model.flowfield import RATE_PLACES, FlowField, Resource
-
-#: A rate as text: a plain decimal, bounded before ``float()`` sees it.
-_RATE = re.compile(rf"[0-9]{{1,12}}(\.[0-9]{{1,{RATE_PLACES}}})?")
-_COUNT = re.compile(r"[0-9]{1,12}")
+from queuey.model.flow import limits_of
+from queuey.model.flowfield import FlowField
 
 
-def rate(text: str) -> float | int:
-    """Messages per second, ``0`` for no limit (an integer stays one)."""
-    if not _RATE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a number of messages per second: {text!r}")
-    return int(text) if "." not in text else float(text)
+def option_type(field: FlowField):
+    """The option's converter: ``on``/``off`` for a flag, else a plain decimal
+    (``0`` for no limit) of the field's kind."""
+    wants = {"rate": "a number of messages per second", "count": "a whole number"}
 
+    def convert(text: str) -> Any:
+        if field.kind == "flag":
+            if text not in ("on", "off"):
+                raise argparse.ArgumentTypeError("give on or off")
+            return text == "on"
+        try:
+            return field.from_text(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
 
-def count(text: str) -> int:
-    """A whole number, ``0`` for no limit."""
-    if not _COUNT.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return int(text)
-
-
-def on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise argparse.ArgumentTypeError("give on or off")
-    return text == "on"
-
-
-#: kind -> (option type, metavar) of a ``flow set`` option.
-_OPTION = {"rate": (rate, "R"), "count": (count, "N"), "flag": (on_off, "on|off")}
-
-
-def options(resource: Resource) -> tuple[FlowField, ...]:
-    """The settings ``flow set`` takes for a queue or a subscription (a pause
-    is ``flow pause``)."""
-    return tuple(f for f in fields_of(resource) if not f.switch)
+    return convert
 
 
 def option(field: FlowField) -> str:
@@ -103,7 +86,7 @@ def print_flow(name: str, info: FlowInfo) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column("subscription")
     table.add_column("state")
-    for field in options("subscription"):
+    for field in limits_of("subscription"):
         table.add_column(field.title.lower(), justify="right")
     for sub, flow in sorted(info.subscriptions.items()):
         values = [shown(f, v) for f, v in flow.settings() if not f.switch]
@@ -140,7 +123,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def set_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the options give, for the level ``--subscription`` names."""
-    mine, other = options("queue"), options("subscription")
+    mine, other = limits_of("queue"), limits_of("subscription")
     if args.subscription is not None:
         mine, other = other, mine
     names = {f.name for f in mine}
@@ -180,8 +163,8 @@ def add_option(group, field: FlowField) -> None:
     if field.kind == "choice":
         kind = {"choices": field.values}
     else:
-        convert, metavar = _OPTION[field.kind]
-        kind = {"type": convert, "metavar": metavar}
+        metavar = {"rate": "R", "count": "N", "flag": "on|off"}[field.kind]
+        kind = {"type": option_type(field), "metavar": metavar}
     group.add_argument(option(field), dest=field.name, help=field.description, **kind)
 
 
@@ -221,7 +204,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("subscription", "a subscription's limits (with --subscription)"),
     ):
         group = change.add_argument_group(title)
-        for field in options(resource):
+        for field in limits_of(resource):
             if field.name not in added:  # a name both levels have is one option
                 add_option(group, field)
                 added.add(field.name)

@@ -99,6 +99,12 @@ def fields_of(resource: Resource) -> tuple[FlowField, ...]:
     return tuple(f for f in FIELDS if f.resource == resource)
 
 
+def limits_of(resource: Resource) -> tuple[FlowField, ...]:
+    """The settings a limits form or ``queuey flow set`` changes (a pause has
+    its own action)."""
+    return tuple(f for f in fields_of(resource) if not f.switch)
+
+
 def field_named(resource: Resource, name: str) -> FlowField:
     for field in fields_of(resource):
         if field.name == name:

@@ -9,6 +9,7 @@ The settings themselves are declared in :data:`queuey.model.flow.FIELDS`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -21,6 +22,11 @@ MIN_RATE = 1 / 3600
 RATE_PLACES = 6
 #: Largest burst, in-flight cap and queue length a setting may name.
 MAX_COUNT = 1_000_000_000
+
+#: A rate or a count as a form or an option gives it (a plain decimal),
+#: bounded before conversion.
+_RATE_TEXT = re.compile(rf"[0-9]{{1,12}}(\.[0-9]{{1,{RATE_PLACES}}})?")
+_COUNT_TEXT = re.compile(r"[0-9]{1,12}")
 
 Resource = Literal["queue", "subscription"]
 #: ``flag``: true or false; ``rate``: messages per second (0 no limit);
@@ -94,6 +100,13 @@ class FlowField:
             return text if text in self.values else self.default
         value = _number(text)
         return value if self.kind == "rate" else int(value)
+
+    def from_text(self, text: str) -> float | int:
+        """A rate's or a count's value as a form or an option gives it (an
+        integer stays one); ``ValueError`` when it is not a plain decimal."""
+        if not (_RATE_TEXT if self.kind == "rate" else _COUNT_TEXT).fullmatch(text):
+            raise ValueError(f"not a plain decimal: {text!r}")
+        return float(text) if "." in text else int(text)
 
     def stored(self, value: Any) -> str | None:
         """The string that stores ``value`` (``None``: remove the key, the
