@@ -95,8 +95,25 @@ FIELDS: tuple[FlowField, ...] = (
 
 
 def fields_of(resource: Resource) -> tuple[FlowField, ...]:
-    """The settings of a queue or of a subscription (read at each call)."""
-    return tuple(f for f in FIELDS if f.resource == resource)
+    """The settings of a queue or of a subscription (from :data:`FIELDS` as
+    it is now; kept while it is the same table, as reads are on hot paths)."""
+    return _of(resource)[1]
+
+
+def names_of(resource: Resource) -> tuple[str, ...]:
+    return _of(resource)[2]
+
+
+def _of(resource: Resource) -> tuple[tuple[FlowField, ...], tuple[FlowField, ...], tuple[str, ...]]:
+    table = FIELDS
+    found = _BY_RESOURCE.get(resource)
+    if found is None or found[0] is not table:
+        fields = tuple(f for f in table if f.resource == resource)
+        found = _BY_RESOURCE[resource] = (table, fields, tuple(f.name for f in fields))
+    return found
+
+
+_BY_RESOURCE: dict[str, Any] = {}
 
 
 def limits_of(resource: Resource) -> tuple[FlowField, ...]:
@@ -150,8 +167,8 @@ NO_QUEUE_FLOW = QueueFlow()
 NO_SUBSCRIPTION_FLOW = SubscriptionFlow()
 
 #: The settings' names, for each level.
-QUEUE_FIELDS = tuple(f.name for f in fields_of("queue"))
-SUBSCRIPTION_FIELDS = tuple(f.name for f in fields_of("subscription"))
+QUEUE_FIELDS = names_of("queue")
+SUBSCRIPTION_FIELDS = names_of("subscription")
 
 
 class FlowSettingError(ValueError):
@@ -191,7 +208,7 @@ def subscription_flow(queue: QueueMeta, subscription: str) -> SubscriptionFlow:
     if not attributes:
         return NO_SUBSCRIPTION_FLOW
     prefix = f"{_SUB}{subscription}."
-    values = tuple(attributes.get(prefix + f.name) for f in fields_of("subscription"))
+    values = tuple(attributes.get(prefix + name) for name in _of("subscription")[2])
     if not any(values):
         return NO_SUBSCRIPTION_FLOW
     return _subscription_flow(values)
@@ -206,7 +223,7 @@ def _subscription_flow(values: tuple[str | None, ...]) -> SubscriptionFlow:
 def subscription_flows(queue: QueueMeta) -> dict[str, SubscriptionFlow]:
     """Every subscription of ``queue`` with a flow setting, by name."""
     names = set()
-    known = {f.name for f in fields_of("subscription")}
+    known = names_of("subscription")
     for key in queue.attributes or {}:
         if key.startswith(_SUB):
             subscription, _, field = key[len(_SUB) :].rpartition(".")

@@ -115,19 +115,17 @@ class FlowField:
 
     def shown(self, flow: FlowRecord) -> Any:
         """The value answers give: a burst's bucket in force, else the setting."""
-        value = getattr(flow, getattr(self, flow.key))
+        value = flow.value_of(self)
         if not self.bucket_of:
             return value
-        rate_field = next(f for f in flow.fields() if f.name == self.bucket_of)
-        rate = getattr(flow, getattr(rate_field, flow.key))
+        rate = flow.value_of(next(f for f in flow.fields() if f.name == self.bucket_of))
         return (value or max(1, math.ceil(rate))) if rate else 0
 
 
 class FlowRecord:
     """Frozen values of one resource's :data:`FIELDS`, by ``key`` (a field's
     attribute, or its wire name for a subclass whose ``key`` is ``"name"``),
-    positional in the table's order. A field added after a record was made
-    reads as its default."""
+    positional in the table's order."""
 
     resource: ClassVar[Resource]
     key: ClassVar[str] = "key"
@@ -147,17 +145,15 @@ class FlowRecord:
         for field, name in zip(fields, names, strict=True):
             object.__setattr__(self, name, given.get(name, field.default))
 
-    def __getattr__(self, name: str) -> Any:
-        for field in self.fields():
-            if getattr(field, self.key) == name:
-                return field.default
-        raise AttributeError(name)
+    def value_of(self, field: FlowField) -> Any:
+        """``field``'s value (its default when the record predates the field)."""
+        return self.__dict__.get(getattr(field, self.key), field.default)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen")
 
     def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, getattr(f, self.key)) for f in self.fields())
+        return tuple(self.value_of(f) for f in self.fields())
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other._values() == self._values()  # type: ignore[attr-defined]
@@ -166,9 +162,7 @@ class FlowRecord:
         return hash((type(self), self._values()))
 
     def __repr__(self) -> str:
-        values = ", ".join(
-            f"{getattr(f, self.key)}={getattr(self, getattr(f, self.key))!r}" for f in self.fields()
-        )
+        values = ", ".join(f"{getattr(f, self.key)}={self.value_of(f)!r}" for f in self.fields())
         return f"{type(self).__name__}({values})"
 
     def as_dict(self) -> dict[str, Any]:
@@ -176,7 +170,7 @@ class FlowRecord:
 
     def settings(self) -> tuple[tuple[FlowField, Any], ...]:
         """Each field with the value set (not the bucket in force)."""
-        return tuple((f, getattr(self, getattr(f, self.key))) for f in self.fields())
+        return tuple((f, self.value_of(f)) for f in self.fields())
 
     def to_json(self) -> dict[str, Any]:
         """The settings as the API answers them."""
