@@ -34,6 +34,7 @@ def _value(field: FlowField, value: Any) -> Any:
 
 class _WireFlow(FlowRecord):
     key = "name"
+    fields_of = staticmethod(fields_of)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]):
@@ -47,19 +48,11 @@ class QueueFlow(_WireFlow):
 
     resource = "queue"
 
-    @staticmethod
-    def fields() -> tuple[FlowField, ...]:
-        return fields_of("queue")
-
 
 class SubscriptionFlow(_WireFlow):
     """A subscription's flow settings (0: no limit)."""
 
     resource = "subscription"
-
-    @staticmethod
-    def fields() -> tuple[FlowField, ...]:
-        return fields_of("subscription")
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,7 @@ class QueueFlow(FlowRecord):
     """A queue's own flow settings (0: no limit)."""
 
     resource = "queue"
-
-    @staticmethod
-    def fields() -> tuple[FlowField, ...]:
-        return fields_of("queue")
+    fields_of = staticmethod(fields_of)
 
     @property
     def burst(self) -> int:
@@ -148,10 +145,7 @@ class SubscriptionFlow(FlowRecord):
     """A subscription's flow settings (0: no limit)."""
 
     resource = "subscription"
-
-    @staticmethod
-    def fields() -> tuple[FlowField, ...]:
-        return fields_of("subscription")
+    fields_of = staticmethod(fields_of)
 
     @property
     def burst(self) -> int:

@@ -129,8 +129,12 @@ class FlowRecord:
 
     resource: ClassVar[Resource]
     key: ClassVar[str] = "key"
-    #: The resource's fields, read at each call (a subclass says where from).
-    fields: ClassVar[Callable[[], tuple[FlowField, ...]]]
+    #: A resource's fields (a subclass names :func:`queuey.model.flow.fields_of`).
+    fields_of: ClassVar[Callable[[Resource], tuple[FlowField, ...]]]
+
+    @classmethod
+    def fields(cls) -> tuple[FlowField, ...]:
+        return cls.fields_of(cls.resource)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self.fields()
