@@ -122,13 +122,6 @@ def limits_of(resource: Resource) -> tuple[FlowField, ...]:
     return tuple(f for f in fields_of(resource) if not f.switch)
 
 
-def field_named(resource: Resource, name: str) -> FlowField:
-    for field in fields_of(resource):
-        if field.name == name:
-            return field
-    raise KeyError(name)
-
-
 class QueueFlow(FlowRecord):
     """A queue's own flow settings (0: no limit)."""
 
