@@ -7,7 +7,8 @@ A door only: every change goes through
 they name. A form sends only the fields the operator changed (each field
 carries the value the page showed, ``shown.<field>``), so two operators
 changing different limits of one queue at once lose neither change.
-An empty number field means no limit.
+An empty number field means no limit. The forms' fields are those of
+:data:`queuey.model.flow.FIELDS` (a pause has its own button).
 """
 
 from __future__ import annotations
@@ -15,49 +16,57 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pyramid.events import BeforeRender, subscriber
 from pyramid.httpexceptions import HTTPSeeOther
 from pyramid.view import view_config
 
+from queuey.admin.helpers import flow_limit
 from queuey.admin.queues import queue_page
 from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields
+from queuey.model.flow import limits_of
+from queuey.model.flowfield import FlowField, FlowRecord
 from queuey.web.params import PATTERN_WORDS, SUBSCRIPTION_PATTERN
 
-#: The queue form's fields and a subscription form's, in the API's names.
-QUEUE_FORM = ("post_rate", "post_burst", "max_length", "overflow", "fair")
-SUBSCRIPTION_FORM = ("rate", "burst", "max_in_flight")
-RATES = frozenset({"post_rate", "rate"})
-FLAGS = frozenset({"fair"})
-#: A rate or a count as the form may give it: bounded before conversion.
-_RATE = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
-_COUNT = re.compile(r"[0-9]{1,12}")
 _SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
 
 
-def form_value(name: str, text: str) -> Any:
+def form_text(flow: FlowRecord) -> dict[str, str]:
+    """Each setting's value as its form field shows it (and reads it back)."""
+    return {
+        field.name: ("on" if value else "")
+        if field.kind == "flag"
+        else (value if field.kind == "choice" else flow_limit(value))
+        for field, value in flow.settings()
+    }
+
+
+def form_value(field: FlowField, text: str) -> Any:
     """A form field's text as the value :class:`FlowSettings` takes
     (``ValueError`` saying what the field wants)."""
-    if name in FLAGS:
+    if field.kind == "flag":
         return text == "on"
-    if name == "overflow":
-        return text or "reject"
+    if field.kind == "choice":
+        return text or field.default
     if not text:
         return 0
-    if name in RATES:
-        if not _RATE.fullmatch(text):
-            raise ValueError("must be messages per second, e.g. 50 or 0.5 (empty: no limit)")
-        return float(text)
-    if not _COUNT.fullmatch(text):
-        raise ValueError("must be a whole number (empty: no limit)")
-    return int(text)
+    try:
+        return field.from_text(text)
+    except ValueError:
+        if field.kind == "rate":
+            raise ValueError(
+                "must be messages per second, e.g. 50 or 0.5 (empty: no limit)"
+            ) from None
+        raise ValueError("must be a whole number (empty: no limit)") from None
 
 
-def changed_fields(form, names: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The fields among ``names`` the form gives and whose text differs from
+def changed_fields(form, fields: tuple[FlowField, ...]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The fields among ``fields`` the form gives and whose text differs from
     what the page showed, as values; and the errors of those that do not parse."""
     given: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for name in names:
+    for field in fields:
+        name = field.name
         text = form.get(name, "").strip()
         shown = form.get(f"shown.{name}")
         if shown is None and name not in form:
@@ -65,10 +74,20 @@ def changed_fields(form, names: tuple[str, ...]) -> tuple[dict[str, Any], dict[s
         if shown is not None and text == shown.strip():
             continue
         try:
-            given[name] = form_value(name, text)
+            given[name] = form_value(field, text)
         except ValueError as exc:
             errors[name] = str(exc)
     return given, errors
+
+
+@subscriber(BeforeRender)
+def add_flow_fields(event: BeforeRender) -> None:
+    """The flow forms' fields and values, for the queue page's template."""
+    if (event.get("renderer_name") or "").startswith("queuey.admin:"):
+        event.update(
+            flow_fields={r: limits_of(r) for r in ("queue", "subscription")},
+            flow_text=form_text,
+        )
 
 
 def subscription_of(request) -> str | None:
@@ -100,8 +119,8 @@ def change_limits(request):
     subscription = None
     try:
         subscription = subscription_of(request)
-        names = QUEUE_FORM if subscription is None else SUBSCRIPTION_FORM
-        given, errors = changed_fields(form, names)
+        fields = limits_of("queue" if subscription is None else "subscription")
+        given, errors = changed_fields(form, fields)
         if errors:
             raise InvalidFields(errors)
         if subscription is None:
@@ -110,9 +129,9 @@ def change_limits(request):
             settings.change_subscription(meta, subscription, given)
     except InvalidFields as exc:
         request.response.status = 400
-        names = SUBSCRIPTION_FORM if form.get("subscription", "").strip() else QUEUE_FORM
+        resource = "subscription" if form.get("subscription", "").strip() else "queue"
         shown = {key: form.get(key, "") for key in form if key.startswith("shown.")}
-        values = {name: form.get(name, "").strip() for name in names}
+        values = {f.name: form.get(f.name, "").strip() for f in limits_of(resource)}
         values["subscription"] = form.get("subscription", "").strip()
         return queue_page(request, meta, flow_form={**shown, **values}, flow_errors=exc.errors)
     whose = f"subscription {subscription}" if subscription else f"queue {meta.name}"

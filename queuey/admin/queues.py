@@ -16,6 +16,7 @@ from queuey.core.queues import InvalidQueue, queue_from
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
+from queuey.model.flowfield import FlowRecord
 from queuey.web.params import InvalidParameters, query, validate
 
 #: Queues per page of the list.
@@ -40,6 +41,16 @@ def figures_of(request, meta: QueueMeta):
     return overview.figures(meta.application, meta.name) or overview.refresh(meta)
 
 
+def _limits_set(flow: FlowRecord) -> list[str]:
+    """The limits a record has on (a burst sizes its rate's; a choice or a
+    pause is not a limit)."""
+    return [
+        field.name
+        for field, value in flow.settings()
+        if value and not (field.switch or field.bucket_of or field.kind == "choice")
+    ]
+
+
 def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
     """What the list says of a queue's flow control, from its metadata and
     this process's counters (no storage call): what is ``paused`` (posting,
@@ -48,20 +59,9 @@ def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
     subscriptions = subscription_flows(meta)
     paused = ["posting"] if flow.paused else []
     paused += [f"subscription {name}" for name, sub in subscriptions.items() if sub.paused]
-    limits = [
-        name
-        for name, value in (
-            ("post_rate", flow.post_rate),
-            ("max_length", flow.max_length),
-            ("fair", flow.fair),
-        )
-        if value
-    ]
+    limits = _limits_set(flow)
     limits += [
-        f"{name}: {field}"
-        for name, sub in subscriptions.items()
-        for field, value in (("rate", sub.rate), ("max_in_flight", sub.max_in_flight))
-        if value
+        f"{name}: {field}" for name, sub in subscriptions.items() for field in _limits_set(sub)
     ]
     throttled = request.services.metrics.throttled_within(
         meta.application, meta.name, THROTTLED_SECONDS

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
@@ -25,39 +23,30 @@ from queuey.cli.output import stdout_console
 from queuey.cli.remote import connection_parent
 from queuey.cli.schedules import client_of
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
-
-#: A rate as text: a plain decimal, bounded before ``float()`` sees it.
-_RATE = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
-_COUNT = re.compile(r"[0-9]{1,12}")
-#: option dest -> API field, per level.
-QUEUE_OPTIONS = {
-    "post_rate": "post_rate",
-    "post_burst": "post_burst",
-    "max_length": "max_length",
-    "overflow": "overflow",
-    "fair": "fair",
-}
-SUBSCRIPTION_OPTIONS = {"rate": "rate", "burst": "burst", "max_in_flight": "max_in_flight"}
+from queuey.model.flow import limits_of
+from queuey.model.flowfield import FlowField
 
 
-def rate(text: str) -> float | int:
-    """Messages per second, ``0`` for no limit (an integer stays one)."""
-    if not _RATE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a number of messages per second: {text!r}")
-    return int(text) if "." not in text else float(text)
+def option_type(field: FlowField):
+    """The option's converter: ``on``/``off`` for a flag, else a plain decimal
+    (``0`` for no limit) of the field's kind."""
+    wants = {"rate": "a number of messages per second", "count": "a whole number"}
+
+    def convert(text: str) -> Any:
+        if field.kind == "flag":
+            if text not in ("on", "off"):
+                raise argparse.ArgumentTypeError("give on or off")
+            return text == "on"
+        try:
+            return field.from_text(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
+
+    return convert
 
 
-def count(text: str) -> int:
-    """A whole number, ``0`` for no limit."""
-    if not _COUNT.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return int(text)
-
-
-def on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise argparse.ArgumentTypeError("give on or off")
-    return text == "on"
+def option(field: FlowField) -> str:
+    return "--" + field.name.replace("_", "-")
 
 
 def limit(value: float, unit: str = "") -> str:
@@ -68,18 +57,20 @@ def limit(value: float, unit: str = "") -> str:
     return f"{shown}{unit}"
 
 
+def shown(field: FlowField, value: Any) -> str:
+    """A setting's value as the command prints it."""
+    if field.kind == "flag":
+        return "on" if value else "off"
+    if field.kind == "choice":
+        return str(value)
+    return limit(value, field.unit)
+
+
 def queue_lines(name: str, flow: QueueFlow) -> list[str]:
-    rate_text = limit(flow.post_rate, "/s")
-    if flow.post_rate:
-        rate_text += f" (burst {flow.post_burst:,})"
-    length = limit(flow.max_length)
-    if flow.max_length:
-        length += f" (overflow {flow.overflow})"
-    return [
-        f"queue {name}: posting {'PAUSED' if flow.paused else 'open'}",
-        f"  post_rate   {rate_text}",
-        f"  max_length  {length}",
-        f"  fair        {'on' if flow.fair else 'off'}",
+    return [f"queue {name}: posting {'PAUSED' if flow.paused else 'open'}"] + [
+        f"  {field.name:<11} {shown(field, value)}"
+        for field, value in flow.settings()
+        if not field.switch
     ]
 
 
@@ -95,16 +86,11 @@ def print_flow(name: str, info: FlowInfo) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column("subscription")
     table.add_column("state")
-    for title in ("rate", "burst", "max in flight"):
-        table.add_column(title, justify="right")
+    for field in limits_of("subscription"):
+        table.add_column(field.title.lower(), justify="right")
     for sub, flow in sorted(info.subscriptions.items()):
-        table.add_row(
-            sub,
-            subscription_state(flow),
-            limit(flow.rate, "/s"),
-            limit(flow.burst),
-            limit(flow.max_in_flight),
-        )
+        values = [shown(f, v) for f, v in flow.settings() if not f.switch]
+        table.add_row(sub, subscription_state(flow), *values)
     stdout_console().print(table)
 
 
@@ -112,7 +98,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     with client_of(args) as client:
         info = client.flow(args.queue)
     if args.json:
-        print(json.dumps(asdict(info), indent=2, ensure_ascii=False))
+        found = {
+            "queue": info.queue.as_dict(),
+            "subscriptions": {n: f.as_dict() for n, f in info.subscriptions.items()},
+        }
+        print(json.dumps(found, indent=2, ensure_ascii=False))
     else:
         print_flow(args.queue, info)
     return 0
@@ -133,15 +123,16 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def set_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the options give, for the level ``--subscription`` names."""
-    mine, other = QUEUE_OPTIONS, SUBSCRIPTION_OPTIONS
+    mine, other = limits_of("queue"), limits_of("subscription")
     if args.subscription is not None:
         mine, other = other, mine
-    wrong = [f"--{dest.replace('_', '-')}" for dest in other if getattr(args, dest) is not None]
+    names = {f.name for f in mine}
+    wrong = [option(f) for f in other if f.name not in names and getattr(args, f.name) is not None]
     if wrong:
         where = "a queue" if args.subscription is not None else "a subscription (--subscription)"
         raise CommandError(f"{', '.join(wrong)}: a setting of {where}", 2)
-    fields = {api: getattr(args, dest) for dest, api in mine.items()}
-    fields = {api: value for api, value in fields.items() if value is not None}
+    fields = {f.name: getattr(args, f.name) for f in mine}
+    fields = {name: value for name, value in fields.items() if value is not None}
     if not fields:
         raise CommandError("give at least one setting to change (see --help)", 2)
     return fields
@@ -159,12 +150,22 @@ def cmd_set(args: argparse.Namespace) -> int:
         print("\n".join(queue_lines(args.queue, info.queue)))
     else:
         flow = info.subscription(args.subscription)
+        values = [f"{f.title.lower()} {shown(f, v)}" for f, v in flow.settings() if not f.switch]
         print(
             f"subscription {args.subscription} of queue {args.queue}: "
-            f"{subscription_state(flow)}, rate {limit(flow.rate, '/s')}, "
-            f"burst {limit(flow.burst)}, max in flight {limit(flow.max_in_flight)}"
+            + ", ".join([subscription_state(flow), *values])
         )
     return 0
+
+
+def add_option(group, field: FlowField) -> None:
+    """``field``'s option of ``flow set``: its type, bounds and help from the table."""
+    if field.kind == "choice":
+        kind = {"choices": field.values}
+    else:
+        metavar = {"rate": "R", "count": "N", "flag": "on|off"}[field.kind]
+        kind = {"type": option_type(field), "metavar": metavar}
+    group.add_argument(option(field), dest=field.name, help=field.description, **kind)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -197,20 +198,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     change.add_argument("queue", metavar="QUEUE")
     change.add_argument("--subscription", metavar="S", help="change this subscription's limits")
-    queue = change.add_argument_group("the queue's limits")
-    queue.add_argument("--post-rate", type=rate, metavar="R", help="messages/s the queue accepts")
-    queue.add_argument("--post-burst", type=count, metavar="N", help="messages a burst may take")
-    queue.add_argument("--max-length", type=count, metavar="N", help="most messages kept")
-    queue.add_argument(
-        "--overflow", choices=("reject", "drop_head"), help="at max-length: refuse or drop oldest"
-    )
-    queue.add_argument(
-        "--fair", type=on_off, metavar="on|off", help="serve quiet groups before busy ones"
-    )
-    subscription = change.add_argument_group("a subscription's limits (with --subscription)")
-    subscription.add_argument("--rate", type=rate, metavar="R", help="messages/s handed out")
-    subscription.add_argument("--burst", type=count, metavar="N", help="handed out at once")
-    subscription.add_argument(
-        "--max-in-flight", type=count, metavar="N", help="most leased and not yet finished"
-    )
+    added: set[str] = set()
+    for resource, title in (
+        ("queue", "the queue's limits"),
+        ("subscription", "a subscription's limits (with --subscription)"),
+    ):
+        group = change.add_argument_group(title)
+        for field in limits_of(resource):
+            if field.name not in added:  # a name both levels have is one option
+                add_option(group, field)
+                added.add(field.name)
     change.set_defaults(func=cmd_set)

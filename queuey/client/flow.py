@@ -17,54 +17,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queuey.client.models import path_segment as _q
-
-#: The queue's flow fields ``set_queue_flow`` takes (the API's names).
-QUEUE_FLOW_FIELDS = ("post_rate", "post_burst", "max_length", "overflow", "fair", "paused")
-#: A subscription's flow fields ``set_subscription_flow`` takes.
-SUBSCRIPTION_FLOW_FIELDS = ("rate", "burst", "max_in_flight", "paused")
+from queuey.model.flow import fields_of
+from queuey.model.flowfield import FlowField, FlowRecord
 
 
-@dataclass(frozen=True)
-class QueueFlow:
-    """A queue's flow settings (0: no limit). ``post_burst`` is the bucket's
-    size in force (one second of ``post_rate`` unless set; 0 without a rate)."""
+def _value(field: FlowField, value: Any) -> Any:
+    """An answer's value of ``field`` (its default when absent)."""
+    if value is None:
+        return field.default
+    if field.kind == "flag":
+        return bool(value)
+    if field.kind == "rate":
+        return float(value)
+    return int(value) if field.kind == "count" else str(value)
 
-    paused: bool = False
-    post_rate: float = 0.0
-    post_burst: int = 0
-    max_length: int = 0
-    overflow: str = "reject"
-    fair: bool = False
+
+class _WireFlow(FlowRecord):
+    key = "name"
+    fields_of = staticmethod(fields_of)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueFlow:
-        return cls(
-            paused=bool(data.get("paused", False)),
-            post_rate=float(data.get("post_rate") or 0),
-            post_burst=int(data.get("post_burst") or 0),
-            max_length=int(data.get("max_length") or 0),
-            overflow=str(data.get("overflow") or "reject"),
-            fair=bool(data.get("fair", False)),
-        )
+    def from_json(cls, data: Mapping[str, Any]):
+        return cls(**{f.name: _value(f, data.get(f.name)) for f in cls.fields()})
 
 
-@dataclass(frozen=True)
-class SubscriptionFlow:
+class QueueFlow(_WireFlow):
+    """A queue's flow settings (0: no limit), one attribute per setting of
+    :data:`queuey.model.flow.FIELDS`. ``post_burst`` is the bucket's size in
+    force (one second of ``post_rate`` unless set; 0 without a rate)."""
+
+    resource = "queue"
+
+
+class SubscriptionFlow(_WireFlow):
     """A subscription's flow settings (0: no limit)."""
 
-    paused: bool = False
-    rate: float = 0.0
-    burst: int = 0
-    max_in_flight: int = 0
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionFlow:
-        return cls(
-            paused=bool(data.get("paused", False)),
-            rate=float(data.get("rate") or 0),
-            burst=int(data.get("burst") or 0),
-            max_in_flight=int(data.get("max_in_flight") or 0),
-        )
+    resource = "subscription"
 
 
 @dataclass(frozen=True)
@@ -90,8 +78,8 @@ class FlowInfo:
         return self.subscriptions.get(name, SubscriptionFlow())
 
 
-def _fields(given: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    unknown = set(given) - set(allowed)
+def _fields(given: Mapping[str, Any], record: type[_WireFlow]) -> dict[str, Any]:
+    unknown = set(given) - {f.name for f in record.fields()}
     if unknown:
         raise TypeError(f"unknown flow setting(s): {', '.join(sorted(unknown))}")
     return dict(given)
@@ -113,20 +101,20 @@ class FlowCalls:
         return FlowInfo.from_json(self._request("GET", f"/queue/{_q(queue)}/info").get("flow"))
 
     def set_queue_flow(self, queue: str, **fields: Any) -> FlowInfo:
-        """Change the queue's flow settings named (``post_rate``, ``post_burst``,
-        ``max_length``, ``overflow``, ``fair``, ``paused``); the others stay.
+        """Change the queue's flow settings named (:class:`QueueFlow`'s
+        attributes: ``post_rate``, ``max_length``...); the others stay.
         ``0``, ``None`` or ``False`` turns a limit off. A refused value raises
         :class:`~queuey.client.errors.BadRequest` naming it."""
-        body = _fields(fields, QUEUE_FLOW_FIELDS)
+        body = _fields(fields, QueueFlow)
         answer = self._request("PUT", f"/queue/{_q(queue)}", json=body)
         return FlowInfo.from_json(answer.get("flow"))
 
     def set_subscription_flow(
         self, queue: str, subscription: str, **fields: Any
     ) -> SubscriptionFlow:
-        """Change ``subscription``'s flow settings named (``rate``, ``burst``,
-        ``max_in_flight``, ``paused``); the others and its filter stay."""
-        body = _fields(fields, SUBSCRIPTION_FLOW_FIELDS)
+        """Change ``subscription``'s flow settings named (:class:`SubscriptionFlow`'s
+        attributes: ``rate``, ``max_in_flight``...); the others and its filter stay."""
+        body = _fields(fields, SubscriptionFlow)
         if not body:
             raise TypeError("give at least one flow setting")  # an empty body sets the filter
         path = f"/queue/{_q(queue)}/subscriptions/{_q(subscription)}"

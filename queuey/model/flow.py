@@ -1,21 +1,17 @@
 """Flow-control settings of a queue and its subscriptions, kept with the queue.
 
+:data:`FIELDS` declares every setting once (:class:`FlowField`: its name,
+kind, bounds, decimal places, default, help text and the resource it
+belongs to); the REST schema and answers, the client, the command line's
+options and the admin page's forms are derived from it, and the checks and
+stored strings below read it too. Adding a setting is one entry here plus
+the core rule that enforces it.
+
 Like a subscription's filter (:mod:`queuey.model.subscriptions`), every
 flow-control setting is a string in the queue's ``attributes`` map, so it
 travels with the queue's metadata to every API node and survives restarts:
-
-=============================  ==============================================
-``flow.paused``                ``"1"``: posts are refused (the queue is paused)
-``flow.post_rate``             posts (messages) per second the queue accepts
-``flow.post_burst``            messages a burst of posts may take at once
-``flow.max_length``            most messages the queue keeps
-``flow.overflow``              ``reject`` (refuse posts) or ``drop_head``
-``flow.fair``                  ``"1"``: quiet groups are served before busy ones
-``sub.<name>.paused``          ``"1"``: the subscription hands out nothing
-``sub.<name>.rate``            messages per second the subscription hands out
-``sub.<name>.burst``           messages it may hand out at once
-``sub.<name>.max_in_flight``   most messages leased and not yet finished
-=============================  ==============================================
+a queue setting ``<name>`` under ``flow.<name>`` and a subscription's under
+``sub.<subscription>.<name>``; a flag is ``"1"`` when on.
 
 An absent key is the default: nothing paused, no limit. Parsing the stored
 strings never fails (a value that no longer parses reads as the default), so
@@ -29,21 +25,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from queuey.model.flowfield import FlowField, FlowRecord, Resource
 from queuey.model.queues import QueueMeta
 
 Overflow = Literal["reject", "drop_head"]
-OVERFLOWS: tuple[Overflow, ...] = ("reject", "drop_head")
 
-#: Highest rate (messages per second) a setting may name, and the lowest one
-#: enforced: a smaller positive rate counts as one message an hour.
-MAX_RATE = 1_000_000.0
-MIN_RATE = 1 / 3600
-#: Largest burst, in-flight cap and queue length a setting may name.
-MAX_COUNT = 1_000_000_000
 #: The message attribute holding a message's group (the SQS endpoint's
 #: ``MessageGroupId`` is kept there too, so both doors see one group).
 GROUP_KEY = "sqs.group"
@@ -56,41 +45,100 @@ _QUEUE = "flow."
 _SUB = "sub."
 
 
-@dataclass(frozen=True)
-class QueueFlow:
+#: Every flow setting, the queue's then a subscription's, in the order doors show them.
+FIELDS: tuple[FlowField, ...] = (
+    FlowField("paused", "queue", "flag", "Paused", "true: posts are refused (503)", switch=True),
+    FlowField("post_rate", "queue", "rate", "Post rate", "messages per second the queue accepts"),
+    FlowField(
+        "post_burst",
+        "queue",
+        "count",
+        "Post burst",
+        "messages a burst of posts may take at once",
+        off="one second of post_rate",
+        bucket_of="post_rate",
+    ),
+    FlowField("max_length", "queue", "count", "Max length", "most messages the queue keeps"),
+    FlowField(
+        "overflow",
+        "queue",
+        "choice",
+        "At max length",
+        "at max_length: refuse posts (507) or drop the oldest",
+        choices=(("reject", "refuse posts (507)"), ("drop_head", "drop the oldest")),
+    ),
+    FlowField(
+        "fair", "queue", "flag", "Fair", "quiet groups are served before busy ones", fifo=False
+    ),
+    FlowField(
+        "paused", "subscription", "flag", "Paused", "true: it hands out nothing", switch=True
+    ),
+    FlowField("rate", "subscription", "rate", "Rate", "messages per second handed out"),
+    FlowField(
+        "burst",
+        "subscription",
+        "count",
+        "Burst",
+        "messages handed out at once",
+        off="one second of rate",
+        attribute="rate_burst",
+        bucket_of="rate",
+    ),
+    FlowField(
+        "max_in_flight",
+        "subscription",
+        "count",
+        "Max in flight",
+        "most messages leased and not yet finished",
+    ),
+)
+
+
+def fields_of(resource: Resource) -> tuple[FlowField, ...]:
+    """The settings of a queue or of a subscription (from :data:`FIELDS` as
+    it is now; kept while it is the same table, as reads are on hot paths)."""
+    return _of(resource)[1]
+
+
+def names_of(resource: Resource) -> tuple[str, ...]:
+    return _of(resource)[2]
+
+
+def _of(resource: Resource) -> tuple[tuple[FlowField, ...], tuple[FlowField, ...], tuple[str, ...]]:
+    table = FIELDS
+    found = _BY_RESOURCE.get(resource)
+    if found is None or found[0] is not table:
+        fields = tuple(f for f in table if f.resource == resource)
+        found = _BY_RESOURCE[resource] = (table, fields, tuple(f.name for f in fields))
+    return found
+
+
+_BY_RESOURCE: dict[str, Any] = {}
+
+
+def limits_of(resource: Resource) -> tuple[FlowField, ...]:
+    """The settings a limits form or ``queuey flow set`` changes (a pause has
+    its own action)."""
+    return tuple(f for f in fields_of(resource) if not f.switch)
+
+
+class QueueFlow(FlowRecord):
     """A queue's own flow settings (0: no limit)."""
 
-    paused: bool = False
-    post_rate: float = 0.0
-    post_burst: int = 0
-    max_length: int = 0
-    overflow: Overflow = "reject"
-    fair: bool = False
+    resource = "queue"
+    fields_of = staticmethod(fields_of)
 
     @property
     def burst(self) -> int:
         """The post bucket's size: ``post_burst``, else one second of ``post_rate``."""
         return self.post_burst or max(1, math.ceil(self.post_rate))
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "paused": self.paused,
-            "post_rate": self.post_rate,
-            "post_burst": self.burst if self.post_rate else 0,
-            "max_length": self.max_length,
-            "overflow": self.overflow,
-            "fair": self.fair,
-        }
 
-
-@dataclass(frozen=True)
-class SubscriptionFlow:
+class SubscriptionFlow(FlowRecord):
     """A subscription's flow settings (0: no limit)."""
 
-    paused: bool = False
-    rate: float = 0.0
-    rate_burst: int = 0
-    max_in_flight: int = 0
+    resource = "subscription"
+    fields_of = staticmethod(fields_of)
 
     @property
     def burst(self) -> int:
@@ -101,21 +149,13 @@ class SubscriptionFlow:
     def limited(self) -> bool:
         return self.paused or bool(self.rate) or bool(self.max_in_flight)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "paused": self.paused,
-            "rate": self.rate,
-            "burst": self.burst if self.rate else 0,
-            "max_in_flight": self.max_in_flight,
-        }
-
 
 NO_QUEUE_FLOW = QueueFlow()
 NO_SUBSCRIPTION_FLOW = SubscriptionFlow()
 
-#: Field name -> attribute key suffix, for each level.
-QUEUE_FIELDS = ("paused", "post_rate", "post_burst", "max_length", "overflow", "fair")
-SUBSCRIPTION_FIELDS = ("paused", "rate", "burst", "max_in_flight")
+#: The settings' names, for each level.
+QUEUE_FIELDS = names_of("queue")
+SUBSCRIPTION_FIELDS = names_of("subscription")
 
 
 class FlowSettingError(ValueError):
@@ -135,18 +175,6 @@ def subscription_key(subscription: str, name: str) -> str:
 
 
 # -- reading ------------------------------------------------------------------
-def _number(text: str | None) -> float:
-    try:
-        value = float(text) if text else 0.0
-    except ValueError:
-        return 0.0
-    return max(value, MIN_RATE) if math.isfinite(value) and value > 0 else 0.0
-
-
-def _count(text: str | None) -> int:
-    return int(_number(text))
-
-
 def queue_flow(queue: QueueMeta) -> QueueFlow:
     """The queue's flow settings (the defaults when it has none)."""
     attributes = queue.attributes
@@ -158,15 +186,7 @@ def queue_flow(queue: QueueMeta) -> QueueFlow:
 @lru_cache(maxsize=4096)
 def _queue_flow(items: tuple[tuple[str, str], ...]) -> QueueFlow:
     given = {key[len(_QUEUE) :]: value for key, value in items}
-    overflow = given.get("overflow")
-    return QueueFlow(
-        paused=given.get("paused") == "1",
-        post_rate=_number(given.get("post_rate")),
-        post_burst=_count(given.get("post_burst")),
-        max_length=_count(given.get("max_length")),
-        overflow=overflow if overflow in OVERFLOWS else "reject",  # type: ignore[arg-type]
-        fair=given.get("fair") == "1",
-    )
+    return QueueFlow(**{f.key: f.read(given.get(f.name)) for f in fields_of("queue")})
 
 
 def subscription_flow(queue: QueueMeta, subscription: str) -> SubscriptionFlow:
@@ -175,7 +195,7 @@ def subscription_flow(queue: QueueMeta, subscription: str) -> SubscriptionFlow:
     if not attributes:
         return NO_SUBSCRIPTION_FLOW
     prefix = f"{_SUB}{subscription}."
-    values = tuple(attributes.get(prefix + name) for name in SUBSCRIPTION_FIELDS)
+    values = tuple(attributes.get(prefix + name) for name in _of("subscription")[2])
     if not any(values):
         return NO_SUBSCRIPTION_FLOW
     return _subscription_flow(values)
@@ -183,22 +203,18 @@ def subscription_flow(queue: QueueMeta, subscription: str) -> SubscriptionFlow:
 
 @lru_cache(maxsize=4096)
 def _subscription_flow(values: tuple[str | None, ...]) -> SubscriptionFlow:
-    paused, rate, burst, in_flight = values
-    return SubscriptionFlow(
-        paused=paused == "1",
-        rate=_number(rate),
-        rate_burst=_count(burst),
-        max_in_flight=_count(in_flight),
-    )
+    fields = fields_of("subscription")
+    return SubscriptionFlow(**{f.key: f.read(v) for f, v in zip(fields, values, strict=True)})
 
 
 def subscription_flows(queue: QueueMeta) -> dict[str, SubscriptionFlow]:
     """Every subscription of ``queue`` with a flow setting, by name."""
     names = set()
+    known = names_of("subscription")
     for key in queue.attributes or {}:
         if key.startswith(_SUB):
             subscription, _, field = key[len(_SUB) :].rpartition(".")
-            if field in SUBSCRIPTION_FIELDS and subscription:
+            if field in known and subscription:
                 names.add(subscription)
     found = {name: subscription_flow(queue, name) for name in sorted(names)}
     return {name: flow for name, flow in found.items() if flow != NO_SUBSCRIPTION_FLOW}
@@ -217,76 +233,22 @@ def valid_group(group: Any) -> bool:
 Changes = tuple[dict[str, str], list[str]]
 
 
-def _flag(value: Any, field: str, errors: dict[str, str]) -> str | None:
-    if not isinstance(value, bool):
-        errors[field] = "must be true or false"
-        return None
-    return "1" if value else None
-
-
-def _rate(value: Any, field: str, errors: dict[str, str]) -> str | None:
-    if value is None or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
-    ):
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 < value <= MAX_RATE
-    ):
-        errors[field] = f"must be a number above 0 and at most {MAX_RATE:g} (0 or null: no limit)"
-        return None
-    return repr(float(value))
-
-
-def _positive(value: Any, field: str, errors: dict[str, str]) -> str | None:
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == 0):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
-        errors[field] = f"must be a whole number from 1 to {MAX_COUNT} (0 or null: no limit)"
-        return None
-    return str(value)
-
-
-def _overflow(value: Any, field: str, errors: dict[str, str]) -> str | None:
-    if value is None or value == "reject":
-        return None
-    if value not in OVERFLOWS:
-        errors[field] = "must be one of: " + ", ".join(OVERFLOWS)
-        return None
-    return str(value)
-
-
-_QUEUE_CHECKS = {
-    "paused": _flag,
-    "post_rate": _rate,
-    "post_burst": _positive,
-    "max_length": _positive,
-    "overflow": _overflow,
-    "fair": _flag,
-}
-_SUBSCRIPTION_CHECKS = {
-    "paused": _flag,
-    "rate": _rate,
-    "burst": _positive,
-    "max_in_flight": _positive,
-}
-
-
-def _changes(given: Mapping[str, Any], checks, key) -> Changes:
+def _changes(resource: Resource, given: Mapping[str, Any], key) -> Changes:
     errors: dict[str, str] = {}
     set_: dict[str, str] = {}
     removed: list[str] = []
-    for field, value in given.items():
-        check = checks.get(field)
-        if check is None:
+    for field in fields_of(resource):
+        if field.name not in given:
             continue
-        stored = check(value, field, errors)
+        try:
+            stored = field.stored(given[field.name])
+        except ValueError as exc:
+            errors[field.name] = str(exc)
+            continue
         if stored is None:
-            removed.append(key(field))
+            removed.append(key(field.name))
         else:
-            set_[key(field)] = stored
+            set_[key(field.name)] = stored
     if errors:
         raise FlowSettingError(errors)
     return set_, removed
@@ -296,16 +258,19 @@ def queue_changes(queue: QueueMeta, given: Mapping[str, Any]) -> Changes:
     """The attribute changes that apply the queue fields in ``given`` (fields
     absent are left as they are; ``0``, ``null`` or ``false`` turn one off).
     :class:`FlowSettingError` names each bad field."""
-    changes = _changes(given, _QUEUE_CHECKS, queue_key)
-    if given.get("fair") is True and queue.fifo:
-        raise FlowSettingError(
-            {"fair": "a FIFO queue keeps each group's strict order; fair does not apply"}
-        )
+    changes = _changes("queue", given, queue_key)
+    if queue.fifo:
+        for field in fields_of("queue"):
+            if not field.fifo and given.get(field.name) not in (None, field.default):
+                raise FlowSettingError(
+                    {
+                        field.name: "a FIFO queue keeps each group's strict order; "
+                        f"{field.name} does not apply"
+                    }
+                )
     return changes
 
 
 def subscription_changes(subscription: str, given: Mapping[str, Any]) -> Changes:
     """The attribute changes that apply the subscription fields in ``given``."""
-    return _changes(
-        given, _SUBSCRIPTION_CHECKS, lambda field: subscription_key(subscription, field)
-    )
+    return _changes("subscription", given, lambda field: subscription_key(subscription, field))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
-from queuey.model.flow import Overflow
+from queuey.model.flow import fields_of
+from queuey.model.flowfield import FlowField, Resource
 from queuey.web.schemas import Consistency, MessageId, Model, QueueType
 
 Failed = dict[str, Literal["expired", "unknown"]]
@@ -27,24 +28,27 @@ class Error(Model):
     error_msg: dict[str, str] = Field(description="one entry per bad field or reason")
 
 
-class QueueFlowInfo(Model):
-    """A queue's flow settings (0: no limit)."""
-
-    paused: bool
-    post_rate: float
-    post_burst: int = Field(description="the bucket's size (0 without post_rate)")
-    max_length: int
-    overflow: Overflow
-    fair: bool
+_FLOW_TYPES = {"flag": bool, "rate": float, "count": int}
 
 
-class SubscriptionFlowInfo(Model):
-    """A subscription's flow settings (0: no limit)."""
+def _flow_answer_field(field: FlowField) -> tuple[Any, Any]:
+    kind = Literal[field.values] if field.kind == "choice" else _FLOW_TYPES[field.kind]
+    if field.bucket_of:
+        return kind, Field(description=f"the bucket's size (0 without {field.bucket_of})")
+    return kind, Field(description=field.help)
 
-    paused: bool
-    rate: float
-    burst: int = Field(description="the bucket's size (0 without rate)")
-    max_in_flight: int
+
+def flow_answer(resource: Resource, name: str, doc: str) -> type[Model]:
+    """The flow settings of a queue or a subscription as answers give them
+    (:data:`queuey.model.flow.FIELDS`)."""
+    fields = {f.name: _flow_answer_field(f) for f in fields_of(resource)}
+    return create_model(name, __base__=Model, __doc__=doc, **fields)
+
+
+QueueFlowInfo = flow_answer("queue", "QueueFlowInfo", "A queue's flow settings (0: no limit).")
+SubscriptionFlowInfo = flow_answer(
+    "subscription", "SubscriptionFlowInfo", "A subscription's flow settings (0: no limit)."
+)
 
 
 class FlowInfo(Model):

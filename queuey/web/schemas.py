@@ -18,14 +18,11 @@ before it is converted.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -34,7 +31,6 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from queuey import ids
-from queuey.coerce import BOOLEAN_WORDS, as_bool
 from queuey.core.messages import MAX_DEDUP_ID, MAX_PRIORITY
 from queuey.limits import (
     DEFAULT_READ,
@@ -49,6 +45,7 @@ from queuey.limits import (
     MAX_WAIT,
 )
 from queuey.model import RECEIPT_PATTERN, flow, schedules
+from queuey.web.fieldtypes import Boolean, Integer, Model, flow_model
 from queuey.web.filter_schema import filter_schema
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
@@ -63,11 +60,6 @@ PARTITION_PATTERN = r"[1-9][0-9]{0,2}"
 PARTITIONS_PATTERN = rf"^{PARTITION_PATTERN}(,{PARTITION_PATTERN})*$"
 _ID = ids.MESSAGE_ID_PATTERN.strip("^$")
 MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?{_ID})*$"
-#: An integer as text: bounded digits, checked before ``int()`` sees it.
-_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
-#: A decimal as text (no exponent), checked before ``float()`` sees it.
-_NUMBER_TEXT = re.compile(r"[+-]?[0-9]{1,18}(\.[0-9]{1,18})?([eE][+-]?[0-9]{1,3})?")
-
 #: Messages of the errors a static schema cannot foresee: rules about the
 #: queue's current state, and rules across two parameters. A fuzzer that only
 #: knows the schema may see these 400s for schema-valid input.
@@ -98,41 +90,6 @@ MAX_RECEIPT_TEXT = 200
 QueueType = Literal["public", "private"]
 Consistency = Literal["weak", "strong", "very_strong"]
 Order = Literal["descending", "ascending"]
-
-
-def _integer(value: Any) -> Any:
-    """Integers from JSON numbers or from query/form text, never from booleans."""
-    if isinstance(value, bool):
-        raise PydanticCustomError("integer", "must be an integer")
-    if isinstance(value, str):
-        if not _INTEGER_TEXT.fullmatch(value):
-            raise PydanticCustomError("integer", "must be an integer")
-        return int(value)
-    return value
-
-
-def _number(value: Any) -> Any:
-    """Numbers from JSON or from query/form text, never from booleans."""
-    if isinstance(value, bool):
-        raise PydanticCustomError("number", "must be a number")
-    if isinstance(value, str):
-        if not _NUMBER_TEXT.fullmatch(value):
-            raise PydanticCustomError("number", "must be a number (a plain decimal)")
-        return float(value)
-    return value
-
-
-def _boolean(value: Any) -> Any:
-    """JSON ``true``/``false``, or a boolean word in query/form text; never a
-    number (a JSON ``0`` is not a boolean, as the schema says)."""
-    if isinstance(value, str):
-        try:
-            return as_bool(value)
-        except ValueError:
-            raise PydanticCustomError("boolean", f"must be a boolean ({BOOLEAN_WORDS})") from None
-    if not isinstance(value, bool):
-        raise PydanticCustomError("boolean", "must be true or false")
-    return value
 
 
 def _queue_partitions(info: ValidationInfo) -> int | None:
@@ -171,16 +128,6 @@ def _only_grows(value: int | None, info: ValidationInfo) -> int | None:
     return value
 
 
-def Integer(low: int, high: int, **field: Any) -> Any:  # noqa: N802 - a type factory
-    return Annotated[int, Field(ge=low, le=high, **field), BeforeValidator(_integer)]
-
-
-def Number(low: float, high: float, **field: Any) -> Any:  # noqa: N802 - a type factory
-    return Annotated[
-        float, Field(ge=low, le=high, allow_inf_nan=False, **field), BeforeValidator(_number)
-    ]
-
-
 VisibilityTimeout = Integer(1, MAX_VISIBILITY_TIMEOUT, description="seconds a reservation lasts")
 MaxAttempts = Integer(0, MAX_ATTEMPTS, description="deliveries before dead-lettering; 0 never")
 Priority = Integer(0, MAX_PRIORITY)
@@ -205,7 +152,6 @@ ReceiptText = Annotated[
 ]
 
 
-Boolean = Annotated[bool, BeforeValidator(_boolean)]
 QueueName = Annotated[str, StringConstraints(pattern=QUEUE_NAME_PATTERN)]
 MessageId = Annotated[
     str,
@@ -223,31 +169,9 @@ Group = Annotated[
     StringConstraints(pattern=flow.GROUP_PATTERN),
     Field(description="the message's group (fair queues; 1-128 printable ASCII, no spaces)"),
 ]
-#: A flow-control rate or count (docs/flow.rst): 0 turns the limit off.
-Rate = Number(0, flow.MAX_RATE, description="messages per second; 0 no limit")
-Count = Integer(0, flow.MAX_COUNT)
 
 
-class Model(BaseModel):
-    """Unknown fields are ignored; inputs are never echoed back in errors.
-
-    An optional field defaults to ``None`` ("not given") but an explicit
-    ``null`` is refused, as the schema (which has no null) says.
-    """
-
-    model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
-
-
-class QueueFlowFields(Model):
-    """A queue's flow settings (:mod:`queuey.model.flow`): those absent stay
-    as they are; 0 or false turns one off."""
-
-    paused: Boolean = Field(None, description="true: posts are refused (503)")
-    post_rate: Rate = None
-    post_burst: Count = Field(None, description="messages at once; 0: one second of post_rate")
-    max_length: Count = Field(None, description="most messages kept; 0 no limit")
-    overflow: flow.Overflow = Field(None, description="at max_length: refuse (507) or drop oldest")
-    fair: Boolean = Field(None, description="quiet groups before busy ones; not on FIFO queues")
+QueueFlowFields = flow_model("queue", "QueueFlowFields")
 
 
 @dataclass(frozen=True)
@@ -395,17 +319,13 @@ def _filter_or_null(schema: dict[str, Any]) -> None:
     schema.update(anyOf=[filter_schema(), {"type": "null"}], description=description)
 
 
-class SubscriptionSettings(Model):
+class SubscriptionSettings(flow_model("subscription", "SubscriptionFlowFields")):
     """What ``PUT .../subscriptions/{subscription}`` changes (see
     :meth:`queuey.core.subscriptions.Subscriptions.configure`)."""
 
     filter: dict[str, Any] | None = Field(
         None, description="null removes it", json_schema_extra=_filter_or_null
     )
-    paused: Boolean = Field(None, description="true: it hands out nothing")
-    rate: Rate = None
-    burst: Count = Field(None, description="messages at once; 0: one second of rate")
-    max_in_flight: Count = Field(None, description="most leased and unfinished; 0 no limit")
 
 
 class DeleteQueue(Model):

@@ -32,8 +32,10 @@ def test_set_show_and_turn_off_limits(queuey, orders):
     assert result.code == 0, result.err
     assert result.out.splitlines() == [
         "queue orders: posting open",
-        "  post_rate   20/s (burst 20)",
-        "  max_length  5,000 (overflow reject)",
+        "  post_rate   20/s",
+        "  post_burst  20",
+        "  max_length  5,000",
+        "  overflow    reject",
         "  fair        on",
     ]
     result = queuey("flow", "set", orders, "--subscription", "mail", "--rate", "0.5")
@@ -46,15 +48,17 @@ def test_set_show_and_turn_off_limits(queuey, orders):
     result = queuey("flow", "show", orders)
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[:4] == [
+    assert lines[:6] == [
         "queue orders: posting open",
-        "  post_rate   20/s (burst 20)",
-        "  max_length  5,000 (overflow reject)",
+        "  post_rate   20/s",
+        "  post_burst  20",
+        "  max_length  5,000",
+        "  overflow    reject",
         "  fair        on",
     ]
-    assert lines[4].split() == ["subscription", "state", "rate", "burst", "max", "in", "flight"]
-    assert lines[5].split() == ["audit", "delivering", "-", "-", "3"]
-    assert lines[6].split() == ["mail", "delivering", "0.5/s", "1", "-"]
+    assert lines[6].split() == ["subscription", "state", "rate", "burst", "max", "in", "flight"]
+    assert lines[7].split() == ["audit", "delivering", "-", "-", "3"]
+    assert lines[8].split() == ["mail", "delivering", "0.5/s", "1", "-"]
 
     assert shown(queuey)["queue"] == {
         "paused": False,

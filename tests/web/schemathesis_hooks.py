@@ -15,9 +15,6 @@ the schema; each is dropped only when it is exactly that case:
 * ST301 (deleted resource still available) after ``DELETE ?delete=false``,
   which purges the messages and keeps the queue (docs/api.rst); a real delete
   followed by a successful read still fails the run.
-* ST201 (schema-violating request accepted) of a form body whose only
-  violation is a number 0 or 1 for a boolean field: in a form it is the text
-  ``0`` or ``1``, a boolean word (:func:`queuey.coerce.as_bool`).
 * ST101 (server error) whose answer is flow control's documented refusal of
   a post: 503 naming ``paused`` (the fuzzer paused the queue) or 507 naming
   ``max_length`` (docs/flow.rst). A 5xx with any other error still fails.
@@ -57,10 +54,6 @@ def after_call(context, case, response) -> None:
     _LAST_DELETE[str(case.path_parameters["name"])] = "purge" if purge else "delete"
 
 
-_FORM = "application/x-www-form-urlencoded"
-_WRONG_TYPE = re.compile(r"in body - (\w+): Incorrect type")
-#: Boolean fields of the form bodies (queue settings).
-_FORM_BOOLEANS = ("paused", "fair")
 #: Flow control's refusals of a post that are 5xx: status -> the setting named.
 _FLOW_REFUSALS = {503: "paused", 507: "max_length"}
 
@@ -109,23 +102,9 @@ def _dropped(failure, response, why: str) -> bool:
     return False
 
 
-def _form_boolean_word(failure, case) -> bool:
-    if case.media_type != _FORM or not isinstance(case.body, dict):
-        return False
-    fields = _WRONG_TYPE.findall(failure.message or "")
-    return bool(fields) and all(
-        field in _FORM_BOOLEANS
-        and not isinstance(case.body.get(field), bool)
-        and case.body.get(field) in (0, 1)
-        for field in fields
-    )
-
-
 @schemathesis.hook
 def filter_failure(context, failure, case, response) -> bool:
     """True keeps the failure."""
-    if failure.code == "ST201" and _form_boolean_word(failure, case):
-        return _dropped(failure, response, "form boolean word")
     if failure.code == "ST202" and _only_state_errors(response):
         return _dropped(failure, response, "queue state")
     if failure.code == "ST202" and _only_unstated_filter_rules(response):
