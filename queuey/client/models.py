@@ -1,7 +1,9 @@
 """The client's value objects: queues and messages as the HTTP API describes them.
 
-Each is a frozen dataclass built from (or turned into) the API's JSON, so the
-rest of the library never handles raw answer dicts.
+The records of answers are the service's own wire models (:mod:`queuey.wire`),
+parsed with their ``from_json``; a client name is the wire record itself or a
+thin subclass adding what the client needs. The rest of the library never
+handles raw answer dicts.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Self
 from urllib.parse import quote
+
+from queuey.wire import MessageRef, PartitionStatsAnswer, StatsAnswer, SubscriptionStatsAnswer
 
 
 def given(**values: Any) -> dict[str, Any]:
@@ -50,17 +54,8 @@ class QueueInfo:
         )
 
 
-@dataclass(frozen=True)
-class PostedMessage:
+class PostedMessage(MessageRef):
     """Where a posted message was stored."""
-
-    message_id: str
-    timestamp: float
-    partition: int
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PostedMessage:
-        return cls(data["message_id"], data["timestamp"], int(data["partition"]))
 
 
 @dataclass(frozen=True)
@@ -204,59 +199,19 @@ class RedriveResult:
         return cls(int(data.get("moved") or 0), int(data.get("reposted") or 0), skipped)
 
 
-@dataclass(frozen=True)
-class SubscriptionStats:
-    """One subscription's counts (approximate, see the service docs)."""
-
-    subscription: str
-    available: int
-    in_flight: int
-    delayed: int
-    dead_lettered: int
-    oldest_available_timestamp: float | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionStats:
-        return cls(
-            str(data["subscription"]),
-            int(data["available"]),
-            int(data["in_flight"]),
-            int(data["delayed"]),
-            int(data["dead_lettered"]),
-            data.get("oldest_available_timestamp"),
-        )
+#: One subscription's counts (approximate, see the service docs).
+SubscriptionStats = SubscriptionStatsAnswer
+PartitionStats = PartitionStatsAnswer
 
 
-@dataclass(frozen=True)
-class PartitionStats:
-    partition: int
-    messages: int
-    oldest_timestamp: float | None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PartitionStats:
-        return cls(int(data["partition"]), int(data["messages"]), data.get("oldest_timestamp"))
-
-
-@dataclass(frozen=True)
-class QueueStats:
+class QueueStats(StatsAnswer):
     """``GET /queue/{name}/stats``: message counts per partition and per subscription."""
 
-    name: str
-    messages: int
-    oldest_timestamp: float | None
-    partitions: list[PartitionStats]
-    subscriptions: list[SubscriptionStats]
+    keyword_only = frozenset({"status"})
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueStats:
-        return cls(
-            str(data["queue_name"]),
-            int(data["messages"]),
-            data.get("oldest_timestamp"),
-            [PartitionStats.from_json(p) for p in data.get("partitions") or []],
-            [SubscriptionStats.from_json(s) for s in data.get("subscriptions") or []],
-        )
+    @property
+    def name(self) -> str:
+        return self.queue_name
 
     def subscription(self, name: str = "default") -> SubscriptionStats | None:
         """The counts of subscription ``name``; None if it was never used."""

@@ -10,6 +10,9 @@ from queuey.wire.record import Record
 
 
 class ScheduleInfo(Record):
+    """A schedule as the service shows it; ``state`` is ``active``, ``paused``,
+    ``stopped`` (by the service: ``error`` says why) or ``ended``."""
+
     name: str
     queue: str
     cron: str | None

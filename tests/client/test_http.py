@@ -21,10 +21,12 @@ from queuey.client import (
 )
 from tests.client.scripted import ScriptedServer, make_client, refused_url
 
+#: A message id as the service spells them (a version-1 UUID's hex).
+MESSAGE_ID = "0123456789ab1def8123456789abcdef"
 UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
 POSTED = {
     "status": "ok",
-    "messages": [{"message_id": "a" * 32, "timestamp": 1.5, "partition": 1}],
+    "messages": [{"message_id": MESSAGE_ID, "timestamp": 1.5, "partition": 1}],
 }
 
 
@@ -63,7 +65,7 @@ def test_a_post_answered_503_is_sent_again_with_the_same_dedup_ids(scripted, met
     scripted.answer(201, POSTED)
     client = make_client(scripted.url, retries=3)
     if method == "post":
-        assert client.post("q", {"a": 1}).message_id == "a" * 32
+        assert client.post("q", {"a": 1}).message_id == MESSAGE_ID
     else:
         client.post_batch("q", [{"a": 1}, OutgoingMessage({"b": 2}, dedup_id="mine")])
     first, second = sent_dedup_ids(scripted)
@@ -124,7 +126,7 @@ def test_a_post_with_an_idempotency_key_may_be_retried_after_a_503(scripted):
     scripted.answer(201, POSTED)
     client = make_client(scripted.url, retries=3)
     data = client._request("POST", "/queue/q", json={"a": 1}, repeatable=True)
-    assert data["messages"][0]["message_id"] == "a" * 32
+    assert data["messages"][0]["message_id"] == MESSAGE_ID
     assert len(scripted.requests) == 2 and client.sleeps == [0.01]
 
 
