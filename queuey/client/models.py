@@ -14,7 +14,13 @@ from decimal import Decimal
 from typing import Any, Self
 from urllib.parse import quote
 
-from queuey.wire import MessageRef, PartitionStatsAnswer, StatsAnswer, SubscriptionStatsAnswer
+from queuey.wire import (
+    MessageRef,
+    PartitionStatsAnswer,
+    QueueSettings,
+    StatsAnswer,
+    SubscriptionStatsAnswer,
+)
 
 
 def given(**values: Any) -> dict[str, Any]:
@@ -22,36 +28,16 @@ def given(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's metadata. ``created`` is seconds since the epoch.
+class QueueInfo(QueueSettings):
+    """A queue's metadata. ``created`` is seconds since the epoch; ``name`` is
+    its ``queue_name``. By position its fields come in their old order, so
+    ``consistency`` is given by name."""
 
-    The work-queue settings are ``None`` when the service did not say them.
-    """
+    keyword_only = frozenset({"consistency"})
 
-    name: str
-    partitions: int
-    created: float
-    type: str
-    ttl: int
-    visibility_timeout: int | None = None
-    max_attempts: int | None = None
-    dead_letter_queue: str | None = None
-    delay: int | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueInfo:
-        return cls(
-            name=data["queue_name"],
-            partitions=int(data["partitions"]),
-            created=data.get("created", 0),
-            type=data.get("type", "public"),
-            ttl=data.get("ttl"),
-            visibility_timeout=data.get("visibility_timeout"),
-            max_attempts=data.get("max_attempts"),
-            dead_letter_queue=data.get("dead_letter_queue"),
-            delay=data.get("delay"),
-        )
+    @property
+    def name(self) -> str:
+        return self.queue_name
 
 
 class PostedMessage(MessageRef):

@@ -30,7 +30,20 @@ POSTED = {
 }
 
 
-INFO = {"status": "ok", "queue_name": "q", "partitions": 2}
+#: A queue's metadata as the service answers it (GET /queue/q/info).
+INFO = {
+    "status": "ok",
+    "queue_name": "q",
+    "partitions": 2,
+    "created": 1_700_000_000,
+    "type": "public",
+    "ttl": 600,
+    "consistency": "strong",
+    "visibility_timeout": 30,
+    "max_attempts": 0,
+    "dead_letter_queue": "q-dead",
+    "delay": 0,
+}
 
 
 @pytest.mark.unit
@@ -167,7 +180,7 @@ def test_fails_over_to_the_next_url_when_a_node_refuses(scripted):
     assert client.post("q", {"a": 1}).partition == 1  # a POST: never sent, so retried
     assert len(scripted.requests) == 1
     # the client stays on the node that answered
-    scripted.answer(200, {"status": "ok", "queue_name": "q", "partitions": 2})
+    scripted.answer(200, INFO)
     assert client.queue_info("q").partitions == 2
     assert len(client.sleeps) == 1
 
@@ -233,7 +246,10 @@ def test_headers_and_parameters_on_the_wire(scripted):
 def test_queue_lifecycle(client):
     info = client.create_queue("lifecycle", partitions=3, ttl=600)
     work_queue = (30, 0, "lifecycle-dead", 0)  # visibility timeout, attempts, dead letters, delay
-    assert info == QueueInfo("lifecycle", 3, info.created, "public", 600, *work_queue)
+    expected = QueueInfo(
+        "lifecycle", 3, info.created, "public", 600, *work_queue, consistency="strong"
+    )
+    assert info == expected and info.name == "lifecycle"
     assert info.created > 1_600_000_000
     assert client.queue_info("lifecycle").partitions == 3
     with pytest.raises(Conflict):
