@@ -9,18 +9,22 @@ handles raw answer dicts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote
 
+from pydantic import model_validator
+
 from queuey.wire import (
+    Message,
     MessageRef,
     PartitionStatsAnswer,
     QueueSettings,
     StatsAnswer,
     SubscriptionStatsAnswer,
 )
+from queuey.wire import ReservedMessage as WireReservedMessage
 
 
 def given(**values: Any) -> dict[str, Any]:
@@ -82,38 +86,29 @@ class OutgoingMessage:
         }
 
 
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """A message as read from a queue; ``attributes`` and ``group`` are None
-    when it has none."""
+class ReceivedMessage(Message):
+    """A message as read from a queue: ``priority`` is 0 when the answer has
+    none, ``attributes`` and ``group`` are None when it has none. By position
+    the fields come in their declared order, ``group`` only by name."""
 
-    message_id: str
-    timestamp: float
-    partition: int
-    body: dict
-    priority: int = 0
-    attributes: dict[str, str] | None = None
-    #: Keyword-only, so a subclass's fields keep their positions.
-    group: str | None = field(default=None, kw_only=True)
+    keyword_only = frozenset({"group"})
 
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
-        """The message of an answer; a subclass passes its own fields in ``more``."""
-        return cls(
-            data["message_id"],
-            data["timestamp"],
-            int(data["partition"]),
-            data["body"],
-            int(data.get("priority") or 0),
-            data.get("attributes") or None,
-            group=data.get("group") or None,
-            **more,
-        )
+    def _absent(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            data = {key: value for key, value in data.items() if value or key not in _ABSENT}
+            data.setdefault("priority", 0)
+        return data
 
     @property
     def ref(self) -> str:
         """``partition:message_id``, as :meth:`QueueyClient.get_messages` takes it."""
         return f"{self.partition}:{self.message_id}"
+
+
+#: Fields an answer may leave out or send empty, read as "none".
+_ABSENT = frozenset({"priority", "attributes", "group"})
 
 
 def path_segment(value: str) -> str:
@@ -132,23 +127,13 @@ def timestamp_param(value: float | int | str | Decimal) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class ReservedMessage(ReceivedMessage):
+class ReservedMessage(WireReservedMessage, ReceivedMessage):
     """A message leased to this consumer by :meth:`QueueyClient.reserve`.
 
     ``attempts`` counts its deliveries in the subscription, this one included;
     ``receipt`` names this lease for ``ack`` / ``release`` / ``extend``. A job
     written for :class:`ReceivedMessage` takes one as well.
     """
-
-    attempts: int = 1
-    receipt: str = ""
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
-        return super().from_json(
-            data, attempts=int(data["attempts"]), receipt=str(data["receipt"]), **more
-        )
 
 
 @dataclass(frozen=True)

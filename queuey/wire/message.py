@@ -24,9 +24,9 @@ class Posted(Record):
 
 class Message(MessageRef):
     body: dict[str, Any]
+    priority: int = Field(None, description="0-9; in a read only when not 0")
     attributes: dict[str, str] = Field(None, description="only when the message has some")
     group: str = Field(None, description="only when the message has one")
-    priority: int = Field(None, description="0-9; in a read only when not 0")
 
 
 class Messages(Record):

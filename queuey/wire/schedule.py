@@ -1,4 +1,7 @@
-"""A schedule and its tick state (docs/schedules.rst). Times are epoch seconds."""
+"""A schedule and its tick state (docs/schedules.rst). Times are epoch seconds;
+``state`` is ``active``, ``paused``, ``stopped`` (by the service: ``error`` says
+why) or ``ended``. (The classes have no docstring: it would become their
+description in ``/openapi.json``.)"""
 
 from __future__ import annotations
 
@@ -10,9 +13,6 @@ from queuey.wire.record import Record
 
 
 class ScheduleInfo(Record):
-    """A schedule as the service shows it; ``state`` is ``active``, ``paused``,
-    ``stopped`` (by the service: ``error`` says why) or ``ended``."""
-
     name: str
     queue: str
     cron: str | None
