@@ -21,6 +21,7 @@ from queuey.wire import (
     MessageRef,
     PartitionStatsAnswer,
     QueueSettings,
+    RedriveAnswer,
     StatsAnswer,
     SubscriptionStatsAnswer,
 )
@@ -166,8 +167,8 @@ class RedriveResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RedriveResult:
-        skipped = {str(k): str(v) for k, v in (data.get("skipped_messages") or {}).items()}
-        return cls(int(data.get("moved") or 0), int(data.get("reposted") or 0), skipped)
+        answer = RedriveAnswer.from_json(data)
+        return cls(answer.moved, answer.reposted, dict(answer.skipped_messages))
 
 
 #: One subscription's counts (approximate, see the service docs).

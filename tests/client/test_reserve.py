@@ -183,7 +183,10 @@ UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
     [
         (lambda c: c.reserve("q", wait=0), RESERVED),
         (lambda c: c.ack("q", ["r"]), {"status": "ok", "acked": 1, "failed": {}}),
-        (lambda c: c.release("q", ["r"]), {"status": "ok", "released": 1, "failed": {}}),
+        (
+            lambda c: c.release("q", ["r"]),
+            {"status": "ok", "released": 1, "dead_lettered": 0, "failed": {}},
+        ),
         (lambda c: c.extend("q", ["r"], 5), {"status": "ok", "extended": 1, "failed": {}}),
     ],
     ids=["reserve", "ack", "release", "extend"],
