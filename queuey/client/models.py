@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
-from pydantic import model_validator
+from pydantic import BaseModel, model_validator
 
 from queuey.wire import (
     Message,
@@ -33,7 +33,26 @@ def given(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-class QueueInfo(QueueSettings):
+class ByPosition(BaseModel):
+    """Lets a record take its fields by position, in declared order (those in
+    ``keyword_only`` left out), as the client's dataclasses did. Only for
+    top-level answers: pydantic calls a custom ``__init__`` for nested ones."""
+
+    keyword_only: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, *values: Any, **fields: Any) -> None:
+        if values:
+            names = [name for name in type(self).model_fields if name not in self.keyword_only]
+            if len(values) > len(names):
+                raise TypeError(f"{type(self).__name__} takes {len(names)} positional values")
+            for name, value in zip(names, values, strict=False):
+                if name in fields:
+                    raise TypeError(f"{type(self).__name__} got {name!r} twice")
+                fields[name] = value
+        super().__init__(**fields)
+
+
+class QueueInfo(ByPosition, QueueSettings):
     """A queue's metadata. ``created`` is seconds since the epoch; ``name`` is
     its ``queue_name``. By position its fields come in their old order, so
     ``consistency`` is given by name."""
@@ -45,7 +64,7 @@ class QueueInfo(QueueSettings):
         return self.queue_name
 
 
-class PostedMessage(MessageRef):
+class PostedMessage(ByPosition, MessageRef):
     """Where a posted message was stored."""
 
 
@@ -87,7 +106,7 @@ class OutgoingMessage:
         }
 
 
-class ReceivedMessage(Message):
+class ReceivedMessage(ByPosition, Message):
     """A message as read from a queue: ``priority`` is 0 when the answer has
     none, ``attributes`` and ``group`` are None when it has none. By position
     the fields come in their declared order, ``group`` only by name."""
@@ -171,15 +190,21 @@ class RedriveResult:
         return cls(answer.moved, answer.reposted, dict(answer.skipped_messages))
 
 
-#: One subscription's counts (approximate, see the service docs).
-SubscriptionStats = SubscriptionStatsAnswer
-PartitionStats = PartitionStatsAnswer
+class SubscriptionStats(ByPosition, SubscriptionStatsAnswer):
+    """One subscription's counts (approximate, see the service docs)."""
 
 
-class QueueStats(StatsAnswer):
-    """``GET /queue/{name}/stats``: message counts per partition and per subscription."""
+class PartitionStats(ByPosition, PartitionStatsAnswer):
+    """One partition's message count and oldest message."""
+
+
+class QueueStats(ByPosition, StatsAnswer):
+    """``GET /queue/{name}/stats``: message counts per partition and per
+    subscription (the lists typed with the client's names)."""
 
     keyword_only = frozenset({"status"})
+    partitions: list[PartitionStats]
+    subscriptions: list[SubscriptionStats]
 
     @property
     def name(self) -> str:

@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -50,7 +49,7 @@ from queuey.limits import (
 )
 from queuey.model import RECEIPT_PATTERN, flow, schedules
 from queuey.web.filter_schema import filter_schema
-from queuey.wire.record import Consistency, MessageId, QueueType
+from queuey.wire.record import Consistency, MessageId, QueueType, Record
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 #: A name that addresses an existing queue: besides the names this API
@@ -222,14 +221,12 @@ Rate = Number(0, flow.MAX_RATE, description="messages per second; 0 no limit")
 Count = Integer(0, flow.MAX_COUNT)
 
 
-class Model(BaseModel):
-    """Unknown fields are ignored; inputs are never echoed back in errors.
-
-    An optional field defaults to ``None`` ("not given") but an explicit
-    ``null`` is refused, as the schema (which has no null) says.
+class Model(Record):
+    """Configured as the wire records are (unknown fields ignored, inputs never
+    echoed back in errors). An optional field defaults to ``None`` ("not
+    given") but an explicit ``null`` is refused, as the schema (which has no
+    null) says.
     """
-
-    model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
 
 
 class QueueFlowFields(Model):

@@ -9,7 +9,7 @@ service's answers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -27,24 +27,12 @@ MessageId = Annotated[
 class Record(BaseModel):
     """Unknown fields are ignored; inputs are never echoed back in errors.
 
-    An optional field defaults to ``None`` ("not given"). Fields may also be
-    given by position, in the order they are declared (those named in
-    ``keyword_only`` left out), as for a dataclass.
+    An optional field defaults to ``None`` ("not given"). No ``__init__`` of
+    its own: pydantic would call it for nested records and lose the
+    validation context.
     """
 
     model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
-    keyword_only: ClassVar[frozenset[str]] = frozenset()
-
-    def __init__(self, *values: Any, **fields: Any) -> None:
-        if values:
-            names = [name for name in type(self).model_fields if name not in self.keyword_only]
-            if len(values) > len(names):
-                raise TypeError(f"{type(self).__name__} takes {len(names)} positional values")
-            for name, value in zip(names, values, strict=False):
-                if name in fields:
-                    raise TypeError(f"{type(self).__name__} got {name!r} twice")
-                fields[name] = value
-        super().__init__(**fields)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
