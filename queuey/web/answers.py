@@ -2,39 +2,21 @@
 
 Views write their JSON directly (:mod:`queuey.web.responses`, message bodies
 embedded as stored); these models only describe it, and ``/openapi.json``
-(:mod:`queuey.web.openapi`) takes the response schemas from them. The records
-are the wire models the client parses answers into (:mod:`queuey.wire`); this
-module adds the flow settings to the queue and subscription records. Request
-models are in :mod:`queuey.web.schemas`.
+(:mod:`queuey.web.openapi`) takes the response schemas from them. Most
+answers are the wire records the client parses them into (:mod:`queuey.wire`);
+this module adds the flow settings to the queue and subscription records.
+Request models are in :mod:`queuey.web.schemas`.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from queuey.model.flow import Overflow
 from queuey.web.schemas import Model
-from queuey.wire import (
-    AckAnswer,
-    CheckpointsAnswer,
-    Error,
-    ExtendAnswer,
-    Heartbeat,
-    Messages,
-    Ok,
-    Posted,
-    QueueSettings,
-    RedriveAnswer,
-    ReleaseAnswer,
-    ReservedAnswer,
-    Schedule,
-    ScheduleList,
-    StatsAnswer,
-    SubscriptionFilter,
-    Version,
-)
+from queuey.wire import QueueSettings, SubscriptionFilter
 
 
 class QueueFlowInfo(Model):
@@ -88,26 +70,3 @@ class SubscriptionsAnswer(Model):
     subscriptions: list[SubscriptionSetting] = Field(
         description="those with a filter or a flow setting"
     )
-
-
-RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
-    Ok,
-    Error,
-    Queue,
-    QueueList,
-    Posted,
-    Messages,
-    CheckpointsAnswer,
-    ReservedAnswer,
-    AckAnswer,
-    ReleaseAnswer,
-    ExtendAnswer,
-    StatsAnswer,
-    SubscriptionAnswer,
-    SubscriptionsAnswer,
-    RedriveAnswer,
-    Schedule,
-    ScheduleList,
-    Heartbeat,
-    Version,
-)

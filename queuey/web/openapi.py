@@ -20,12 +20,12 @@ from pydantic.json_schema import models_json_schema
 from pyramid.view import view_config
 
 from queuey.web import ROUTES
-from queuey.web.answers import RESPONSE_MODELS
 from queuey.web.health import release
 from queuey.web.operations import ERRORS, OPERATIONS, Body, Failure, ModelRef, Operation
 from queuey.web.responses import json_response
 from queuey.web.schemas import PATH_PARAMS, Models
 from queuey.web.state import web_state_of
+from queuey.wire import Error
 
 #: Queues the description's examples name; the schemathesis test creates them
 #: so generated calls reach real queues.
@@ -107,8 +107,8 @@ def _error(description: str, answer: str) -> dict[str, Any]:
 
 def _responses(operation: Operation) -> dict[str, Any]:
     answer: dict[str, Any] = {"description": "success"}
-    if isinstance(operation.answer, str):
-        answer["content"] = _json({"$ref": REF.format(model=operation.answer)})
+    if isinstance(operation.answer, type):
+        answer["content"] = _json({"$ref": REF.format(model=operation.answer.__name__)})
     else:
         answer.update(operation.answer)
     responses = {str(operation.status): answer}
@@ -123,7 +123,7 @@ def _responses(operation: Operation) -> dict[str, Any]:
     for failure in operation.errors:
         if isinstance(failure, Failure):
             responses[str(failure.status)] = {
-                **_error(failure.description, failure.answer),
+                **_error(failure.description, failure.answer.__name__),
                 "headers": RETRY_AFTER,
             }
     return responses
@@ -168,9 +168,19 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
     return described
 
 
+def answer_models() -> list[type[BaseModel]]:
+    """The models the operations answer with, the error shape first."""
+    found: dict[type[BaseModel], None] = {Error: None}
+    for operation in OPERATIONS:
+        if isinstance(operation.answer, type):
+            found[operation.answer] = None
+        found.update((f.answer, None) for f in operation.errors if isinstance(f, Failure))
+    return list(found)
+
+
 def spec(models: Models) -> dict[str, Any]:
     _, definitions = models_json_schema(
-        [(model, "validation") for model in RESPONSE_MODELS], ref_template=REF
+        [(model, "validation") for model in answer_models()], ref_template=REF
     )
     components = _clean(definitions.get("$defs", {}))
     described = paths(models, components)

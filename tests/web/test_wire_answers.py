@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from queuey import wire
 from queuey.client import models as client
 from queuey.web import answers
-from queuey.wire import ScheduleInfo
 from tests.web.calls import ack, create, extend, post, read, release, reserved
 
 
@@ -37,27 +37,25 @@ def test_each_answer_is_its_model(sqlite_app):
     described(answers.QueueList, listing)
 
     posted = post(app, "jobs", {"n": 1}).json
-    described(answers.Posted, posted)
+    described(wire.Posted, posted)
     client.PostedMessage.from_json(posted["messages"][0])
     post(app, "jobs", {"n": 2}, priority=3)
     messages = read(app, "jobs").json
-    described(answers.Messages, messages)
+    described(wire.Messages, messages)
     assert sorted(client.ReceivedMessage.from_json(m).priority for m in messages["messages"]) == [
         0,
         3,
     ]
 
     leased = app.post_json("/queue/jobs/reserve", {"limit": 2}, headers=app.auth).json
-    described(answers.ReservedAnswer, leased)
+    described(wire.ReservedAnswer, leased)
     first, second = (client.ReservedMessage.from_json(m) for m in leased["messages"])
-    described(
-        answers.ExtendAnswer, extend(app, "jobs", [first.receipt], visibility_timeout=60).json
-    )
-    described(answers.AckAnswer, ack(app, "jobs", [first.receipt]).json)
-    described(answers.ReleaseAnswer, release(app, "jobs", [second.receipt]).json)
+    described(wire.ExtendAnswer, extend(app, "jobs", [first.receipt], visibility_timeout=60).json)
+    described(wire.AckAnswer, ack(app, "jobs", [first.receipt]).json)
+    described(wire.ReleaseAnswer, release(app, "jobs", [second.receipt]).json)
 
     stats = app.get("/queue/jobs/stats", headers=app.auth).json
-    described(answers.StatsAnswer, stats)
+    described(wire.StatsAnswer, stats)
     assert client.QueueStats.from_json(stats).subscription() is not None
     described(
         answers.SubscriptionsAnswer, app.get("/queue/jobs/subscriptions", headers=app.auth).json
@@ -67,9 +65,9 @@ def test_each_answer_is_its_model(sqlite_app):
     done = app.put_json(
         "/queue/jobs/checkpoints/w", {"checkpoints": {"1": message_id}}, headers=app.auth
     ).json
-    described(answers.CheckpointsAnswer, done)
-    described(answers.Heartbeat, app.get("/__heartbeat__").json)
-    described(answers.Version, app.get("/__version__").json)
+    described(wire.CheckpointsAnswer, done)
+    described(wire.Heartbeat, app.get("/__heartbeat__").json)
+    described(wire.Version, app.get("/__version__").json)
 
 
 def test_a_schedule_answer_is_the_client_record(sqlite_app):
@@ -77,7 +75,7 @@ def test_a_schedule_answer_is_the_client_record(sqlite_app):
     create(app, "reports")
     fields = {"name": "hourly", "queue": "reports", "interval": 3600, "message": {"body": {}}}
     made = app.post_json("/schedules", fields, headers=app.auth, status=201).json
-    described(answers.Schedule, made)
-    assert ScheduleInfo.from_json(made).state == "active"
-    described(answers.ScheduleList, app.get("/schedules", headers=app.auth).json)
+    described(wire.Schedule, made)
+    assert wire.ScheduleInfo.from_json(made).state == "active"
+    described(wire.ScheduleList, app.get("/schedules", headers=app.auth).json)
     assert reserved(app, "reports") == []
