@@ -112,13 +112,13 @@ class ReceivedMessage(ByPosition, Message):
     the fields come in their declared order, ``group`` only by name."""
 
     keyword_only = frozenset({"group"})
+    priority: int = 0
 
     @model_validator(mode="before")
     @classmethod
     def _absent(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            data = {key: value for key, value in data.items() if value or key not in _ABSENT}
-            data.setdefault("priority", 0)
+        if isinstance(data, Mapping) and not all(data.get(key, True) for key in _EMPTY):
+            data = {key: value for key, value in data.items() if value or key not in _EMPTY}
         return data
 
     @property
@@ -127,8 +127,8 @@ class ReceivedMessage(ByPosition, Message):
         return f"{self.partition}:{self.message_id}"
 
 
-#: Fields an answer may leave out or send empty, read as "none".
-_ABSENT = frozenset({"priority", "attributes", "group"})
+#: Fields an answer may send empty, read as absent.
+_EMPTY = ("attributes", "group")
 
 
 def path_segment(value: str) -> str:
