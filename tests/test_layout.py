@@ -206,3 +206,16 @@ def test_the_client_imports_no_server_layer():
         if not _client_may_import(target)
     )
     assert reached == []
+
+
+def test_the_wire_models_import_only_the_vocabulary():
+    """:mod:`queuey.wire` is shared by the service and the client, so it stands
+    on what both have: the vocabulary and the shared rules."""
+    reached = sorted(
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        if name.startswith("queuey.wire")
+        for target in targets
+        if target.startswith("queuey.client") or not _client_may_import(target)
+    )
+    assert reached == []

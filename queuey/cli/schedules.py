@@ -16,7 +16,6 @@ import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -86,7 +85,7 @@ def summary(schedule: dict) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     with client_of(args) as client:
-        schedules = [asdict(s) for s in client.list_schedules()]
+        schedules = [s.model_dump() for s in client.list_schedules()]
     if args.json:
         print(json.dumps(schedules, indent=2, ensure_ascii=False))
         return 0
@@ -156,7 +155,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     body = create_body(args)
     with client_of(args) as client:
         made = client.create_schedule(body)
-    print("created " + summary(asdict(made)))
+    print("created " + summary(made.model_dump()))
     return 0
 
 
@@ -168,7 +167,7 @@ def cmd_change(args: argparse.Namespace) -> int:
             return 0
         change = client.pause_schedule if args.action == "pause" else client.resume_schedule
         changed = change(args.name)
-    print(f"{args.action}d " + summary(asdict(changed)))
+    print(f"{args.action}d " + summary(changed.model_dump()))
     return 0
 
 

@@ -1,16 +1,31 @@
 """The client's value objects: queues and messages as the HTTP API describes them.
 
-Each is a frozen dataclass built from (or turned into) the API's JSON, so the
-rest of the library never handles raw answer dicts.
+The records of answers are the service's own wire models (:mod:`queuey.wire`),
+parsed with their ``from_json``; a client name is the wire record itself or a
+thin subclass adding what the client needs. The rest of the library never
+handles raw answer dicts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any, ClassVar
 from urllib.parse import quote
+
+from pydantic import BaseModel, model_validator
+
+from queuey.wire import (
+    Message,
+    MessageRef,
+    PartitionStatsAnswer,
+    QueueSettings,
+    RedriveAnswer,
+    StatsAnswer,
+    SubscriptionStatsAnswer,
+)
+from queuey.wire import ReservedMessage as WireReservedMessage
 
 
 def given(**values: Any) -> dict[str, Any]:
@@ -18,49 +33,39 @@ def given(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's metadata. ``created`` is seconds since the epoch.
+class ByPosition(BaseModel):
+    """Lets a record take its fields by position, in declared order (those in
+    ``keyword_only`` left out), as the client's dataclasses did. Only for
+    top-level answers: pydantic calls a custom ``__init__`` for nested ones."""
 
-    The work-queue settings are ``None`` when the service did not say them.
-    """
+    keyword_only: ClassVar[frozenset[str]] = frozenset()
 
-    name: str
-    partitions: int
-    created: float
-    type: str
-    ttl: int
-    visibility_timeout: int | None = None
-    max_attempts: int | None = None
-    dead_letter_queue: str | None = None
-    delay: int | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueInfo:
-        return cls(
-            name=data["queue_name"],
-            partitions=int(data["partitions"]),
-            created=data.get("created", 0),
-            type=data.get("type", "public"),
-            ttl=data.get("ttl"),
-            visibility_timeout=data.get("visibility_timeout"),
-            max_attempts=data.get("max_attempts"),
-            dead_letter_queue=data.get("dead_letter_queue"),
-            delay=data.get("delay"),
-        )
+    def __init__(self, *values: Any, **fields: Any) -> None:
+        if values:
+            names = [name for name in type(self).model_fields if name not in self.keyword_only]
+            if len(values) > len(names):
+                raise TypeError(f"{type(self).__name__} takes {len(names)} positional values")
+            for name, value in zip(names, values, strict=False):
+                if name in fields:
+                    raise TypeError(f"{type(self).__name__} got {name!r} twice")
+                fields[name] = value
+        super().__init__(**fields)
 
 
-@dataclass(frozen=True)
-class PostedMessage:
+class QueueInfo(ByPosition, QueueSettings):
+    """A queue's metadata. ``created`` is seconds since the epoch; ``name`` is
+    its ``queue_name``. By position its fields come in their old order, so
+    ``consistency`` is given by name."""
+
+    keyword_only = frozenset({"consistency"})
+
+    @property
+    def name(self) -> str:
+        return self.queue_name
+
+
+class PostedMessage(ByPosition, MessageRef):
     """Where a posted message was stored."""
-
-    message_id: str
-    timestamp: float
-    partition: int
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PostedMessage:
-        return cls(data["message_id"], data["timestamp"], int(data["partition"]))
 
 
 @dataclass(frozen=True)
@@ -101,38 +106,29 @@ class OutgoingMessage:
         }
 
 
-@dataclass(frozen=True)
-class ReceivedMessage:
-    """A message as read from a queue; ``attributes`` and ``group`` are None
-    when it has none."""
+class ReceivedMessage(ByPosition, Message):
+    """A message as read from a queue: ``priority`` is 0 when the answer has
+    none, ``attributes`` and ``group`` are None when it has none. By position
+    the fields come in their declared order, ``group`` only by name."""
 
-    message_id: str
-    timestamp: float
-    partition: int
-    body: dict
+    keyword_only = frozenset({"group"})
     priority: int = 0
-    attributes: dict[str, str] | None = None
-    #: Keyword-only, so a subclass's fields keep their positions.
-    group: str | None = field(default=None, kw_only=True)
 
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
-        """The message of an answer; a subclass passes its own fields in ``more``."""
-        return cls(
-            data["message_id"],
-            data["timestamp"],
-            int(data["partition"]),
-            data["body"],
-            int(data.get("priority") or 0),
-            data.get("attributes") or None,
-            group=data.get("group") or None,
-            **more,
-        )
+    def _absent(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and not all(data.get(key, True) for key in _EMPTY):
+            data = {key: value for key, value in data.items() if value or key not in _EMPTY}
+        return data
 
     @property
     def ref(self) -> str:
         """``partition:message_id``, as :meth:`QueueyClient.get_messages` takes it."""
         return f"{self.partition}:{self.message_id}"
+
+
+#: Fields an answer may send empty, read as absent.
+_EMPTY = ("attributes", "group")
 
 
 def path_segment(value: str) -> str:
@@ -151,23 +147,13 @@ def timestamp_param(value: float | int | str | Decimal) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class ReservedMessage(ReceivedMessage):
+class ReservedMessage(WireReservedMessage, ReceivedMessage):
     """A message leased to this consumer by :meth:`QueueyClient.reserve`.
 
     ``attempts`` counts its deliveries in the subscription, this one included;
     ``receipt`` names this lease for ``ack`` / ``release`` / ``extend``. A job
     written for :class:`ReceivedMessage` takes one as well.
     """
-
-    attempts: int = 1
-    receipt: str = ""
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], **more: Any) -> Self:
-        return super().from_json(
-            data, attempts=int(data["attempts"]), receipt=str(data["receipt"]), **more
-        )
 
 
 @dataclass(frozen=True)
@@ -200,63 +186,29 @@ class RedriveResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RedriveResult:
-        skipped = {str(k): str(v) for k, v in (data.get("skipped_messages") or {}).items()}
-        return cls(int(data.get("moved") or 0), int(data.get("reposted") or 0), skipped)
+        answer = RedriveAnswer.from_json(data)
+        return cls(answer.moved, answer.reposted, dict(answer.skipped_messages))
 
 
-@dataclass(frozen=True)
-class SubscriptionStats:
+class SubscriptionStats(ByPosition, SubscriptionStatsAnswer):
     """One subscription's counts (approximate, see the service docs)."""
 
-    subscription: str
-    available: int
-    in_flight: int
-    delayed: int
-    dead_lettered: int
-    oldest_available_timestamp: float | None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionStats:
-        return cls(
-            str(data["subscription"]),
-            int(data["available"]),
-            int(data["in_flight"]),
-            int(data["delayed"]),
-            int(data["dead_lettered"]),
-            data.get("oldest_available_timestamp"),
-        )
+class PartitionStats(ByPosition, PartitionStatsAnswer):
+    """One partition's message count and oldest message."""
 
 
-@dataclass(frozen=True)
-class PartitionStats:
-    partition: int
-    messages: int
-    oldest_timestamp: float | None
+class QueueStats(ByPosition, StatsAnswer):
+    """``GET /queue/{name}/stats``: message counts per partition and per
+    subscription (the lists typed with the client's names)."""
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PartitionStats:
-        return cls(int(data["partition"]), int(data["messages"]), data.get("oldest_timestamp"))
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """``GET /queue/{name}/stats``: message counts per partition and per subscription."""
-
-    name: str
-    messages: int
-    oldest_timestamp: float | None
+    keyword_only = frozenset({"status"})
     partitions: list[PartitionStats]
     subscriptions: list[SubscriptionStats]
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueStats:
-        return cls(
-            str(data["queue_name"]),
-            int(data["messages"]),
-            data.get("oldest_timestamp"),
-            [PartitionStats.from_json(p) for p in data.get("partitions") or []],
-            [SubscriptionStats.from_json(s) for s in data.get("subscriptions") or []],
-        )
+    @property
+    def name(self) -> str:
+        return self.queue_name
 
     def subscription(self, name: str = "default") -> SubscriptionStats | None:
         """The counts of subscription ``name``; None if it was never used."""

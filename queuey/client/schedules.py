@@ -5,61 +5,19 @@ Mixed into :class:`~queuey.client.http.QueueyClient`; they go through its
 Reads, ``PUT`` and ``DELETE`` are repeated after a lost answer; so are pause
 and resume, which have the same effect when repeated. A create is not
 repeated once it may have reached the service: a lost answer raises, and the
-schedule may exist (``get_schedule`` tells).
+schedule may exist (``get_schedule`` tells). A schedule is the service's
+wire record, :class:`queuey.wire.ScheduleInfo` (docs/schedules.rst).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from queuey.client.models import path_segment as _q
+from queuey.wire import ScheduleInfo
 
-
-@dataclass(frozen=True)
-class ScheduleInfo:
-    """A schedule as the service shows it (docs/schedules.rst). Times are epoch
-    seconds; ``state`` is ``active``, ``paused``, ``stopped`` (by the service:
-    ``error`` says why) or ``ended``."""
-
-    name: str
-    queue: str
-    cron: str | None
-    interval: int | None
-    timezone: str
-    start: int | None
-    end: int | None
-    message: Mapping[str, Any] = field(default_factory=dict)
-    missed: str = "latest"
-    paused: bool = False
-    state: str = "active"
-    error: str | None = None
-    next_tick: int | None = None
-    last_tick: int | None = None
-    posted: int = 0
-    created: int = 0
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScheduleInfo:
-        return cls(
-            name=data["name"],
-            queue=data["queue"],
-            cron=data.get("cron"),
-            interval=data.get("interval"),
-            timezone=data.get("timezone", "UTC"),
-            start=data.get("start"),
-            end=data.get("end"),
-            message=data.get("message") or {},
-            missed=data.get("missed", "latest"),
-            paused=bool(data.get("paused", False)),
-            state=data.get("state", "active"),
-            error=data.get("error"),
-            next_tick=data.get("next_tick"),
-            last_tick=data.get("last_tick"),
-            posted=data.get("posted", 0),
-            created=data.get("created", 0),
-        )
+__all__ = ["ScheduleCalls", "ScheduleInfo"]
 
 
 class ScheduleCalls:

@@ -31,6 +31,7 @@ from queuey.client.models import (
     given,
 )
 from queuey.client.models import path_segment as _q
+from queuey.wire import AckAnswer, ExtendAnswer, Record, ReleaseAnswer
 
 #: ``subscription`` when none is given (docs/api.rst, "Work queues").
 DEFAULT_SUBSCRIPTION = "default"
@@ -136,10 +137,15 @@ class WorkQueueCalls:
             return ReceiptResult(0, {})
         body = {**extra, "receipts": list(receipts)}
         data = self._request("POST", f"/queue/{_q(queue)}/{action}", json=body, repeatable=True)
-        failed = {str(k): str(v) for k, v in (data.get("failed") or {}).items()}
-        done = int(data.get(_DONE[action]) or 0)
-        return ReceiptResult(done, failed, int(data.get("dead_lettered") or 0))
+        model, done = _ANSWERS[action]
+        answer = model.from_json(data)
+        dead_lettered = getattr(answer, "dead_lettered", 0)
+        return ReceiptResult(getattr(answer, done), dict(answer.failed), dead_lettered)
 
 
-#: The count each receipt call answers with.
-_DONE = {"ack": "acked", "release": "released", "extend": "extended"}
+#: Each receipt call's answer and the field that counts the receipts it took.
+_ANSWERS: dict[str, tuple[type[Record], str]] = {
+    "ack": (AckAnswer, "acked"),
+    "release": (ReleaseAnswer, "released"),
+    "extend": (ExtendAnswer, "extended"),
+}

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BeforeValidator, Field, create_model
 from pydantic_core import PydanticCustomError
 
 from queuey.model.flow import fields_of
 from queuey.model.flowfield import FlowField, Resource
+from queuey.wire.record import Record
 
 #: An integer as text: bounded digits, checked before ``int()`` sees it.
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
@@ -68,14 +69,13 @@ def Number(low: float, high: float, **field: Any) -> Any:  # noqa: N802 - a type
 Boolean = Annotated[bool, BeforeValidator(_boolean)]
 
 
-class Model(BaseModel):
-    """Unknown fields are ignored; inputs are never echoed back in errors.
-
-    An optional field defaults to ``None`` ("not given") but an explicit
-    ``null`` is refused, as the schema (which has no null) says.
+class Model(Record):
+    """A request or answer model, configured as the wire records are
+    (:class:`queuey.wire.record.Record`: unknown fields ignored, inputs never
+    echoed back in errors). An optional field defaults to ``None`` ("not
+    given") but an explicit ``null`` is refused, as the schema (which has no
+    null) says.
     """
-
-    model_config = ConfigDict(extra="ignore", hide_input_in_errors=True, frozen=True)
 
 
 def flow_type(field: FlowField) -> Any:

@@ -47,6 +47,7 @@ from queuey.limits import (
 from queuey.model import RECEIPT_PATTERN, flow, schedules
 from queuey.web.fieldtypes import Boolean, Integer, Model, flow_model
 from queuey.web.filter_schema import filter_schema
+from queuey.wire.record import Consistency, MessageId, QueueType
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,50}$"
 #: A name that addresses an existing queue: besides the names this API
@@ -87,8 +88,6 @@ MAX_RELEASE_DELAY = 43200
 #: answered ``unknown`` (a receipt is at most 79 characters).
 MAX_RECEIPT_TEXT = 200
 
-QueueType = Literal["public", "private"]
-Consistency = Literal["weak", "strong", "very_strong"]
 Order = Literal["descending", "ascending"]
 
 
@@ -153,11 +152,6 @@ ReceiptText = Annotated[
 
 
 QueueName = Annotated[str, StringConstraints(pattern=QUEUE_NAME_PATTERN)]
-MessageId = Annotated[
-    str,
-    StringConstraints(pattern=ids.MESSAGE_ID_PATTERN),
-    Field(description="32 hex digits of a version-1 UUID"),
-]
 Seconds = Annotated[
     str,
     StringConstraints(pattern=ids.SECONDS_PATTERN),

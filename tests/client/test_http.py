@@ -21,14 +21,29 @@ from queuey.client import (
 )
 from tests.client.scripted import ScriptedServer, make_client, refused_url
 
+#: A message id as the service spells them (a version-1 UUID's hex).
+MESSAGE_ID = "0123456789ab1def8123456789abcdef"
 UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
 POSTED = {
     "status": "ok",
-    "messages": [{"message_id": "a" * 32, "timestamp": 1.5, "partition": 1}],
+    "messages": [{"message_id": MESSAGE_ID, "timestamp": 1.5, "partition": 1}],
 }
 
 
-INFO = {"status": "ok", "queue_name": "q", "partitions": 2}
+#: A queue's metadata as the service answers it (GET /queue/q/info).
+INFO = {
+    "status": "ok",
+    "queue_name": "q",
+    "partitions": 2,
+    "created": 1_700_000_000,
+    "type": "public",
+    "ttl": 600,
+    "consistency": "strong",
+    "visibility_timeout": 30,
+    "max_attempts": 0,
+    "dead_letter_queue": "q-dead",
+    "delay": 0,
+}
 
 
 @pytest.mark.unit
@@ -63,7 +78,7 @@ def test_a_post_answered_503_is_sent_again_with_the_same_dedup_ids(scripted, met
     scripted.answer(201, POSTED)
     client = make_client(scripted.url, retries=3)
     if method == "post":
-        assert client.post("q", {"a": 1}).message_id == "a" * 32
+        assert client.post("q", {"a": 1}).message_id == MESSAGE_ID
     else:
         client.post_batch("q", [{"a": 1}, OutgoingMessage({"b": 2}, dedup_id="mine")])
     first, second = sent_dedup_ids(scripted)
@@ -124,7 +139,7 @@ def test_a_post_with_an_idempotency_key_may_be_retried_after_a_503(scripted):
     scripted.answer(201, POSTED)
     client = make_client(scripted.url, retries=3)
     data = client._request("POST", "/queue/q", json={"a": 1}, repeatable=True)
-    assert data["messages"][0]["message_id"] == "a" * 32
+    assert data["messages"][0]["message_id"] == MESSAGE_ID
     assert len(scripted.requests) == 2 and client.sleeps == [0.01]
 
 
@@ -165,7 +180,7 @@ def test_fails_over_to_the_next_url_when_a_node_refuses(scripted):
     assert client.post("q", {"a": 1}).partition == 1  # a POST: never sent, so retried
     assert len(scripted.requests) == 1
     # the client stays on the node that answered
-    scripted.answer(200, {"status": "ok", "queue_name": "q", "partitions": 2})
+    scripted.answer(200, INFO)
     assert client.queue_info("q").partitions == 2
     assert len(client.sleeps) == 1
 
@@ -231,7 +246,10 @@ def test_headers_and_parameters_on_the_wire(scripted):
 def test_queue_lifecycle(client):
     info = client.create_queue("lifecycle", partitions=3, ttl=600)
     work_queue = (30, 0, "lifecycle-dead", 0)  # visibility timeout, attempts, dead letters, delay
-    assert info == QueueInfo("lifecycle", 3, info.created, "public", 600, *work_queue)
+    expected = QueueInfo(
+        "lifecycle", 3, info.created, "public", 600, *work_queue, consistency="strong"
+    )
+    assert info == expected and info.name == "lifecycle"
     assert info.created > 1_600_000_000
     assert client.queue_info("lifecycle").partitions == 3
     with pytest.raises(Conflict):

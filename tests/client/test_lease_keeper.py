@@ -63,7 +63,8 @@ class FakeClient:
 
 
 def message(n: int, attempts: int = 1) -> ReservedMessage:
-    return ReservedMessage(f"{n:032x}", 1.0, 1, {"n": n}, 0, None, attempts, f"r{n}")
+    message_id = f"{n:012x}10008{n:015x}"  # a version-1 UUID's hex, as the service makes
+    return ReservedMessage(message_id, 1.0, 1, {"n": n}, 0, None, attempts, f"r{n}")
 
 
 # ---------------------------------------------------------------- the keeper

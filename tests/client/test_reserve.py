@@ -159,17 +159,18 @@ def test_bad_work_queue_parameters_are_named(client):
 
 # ----------------------------------------------------------- retries (scripted)
 
+MESSAGE_ID = "0123456789ab1def8123456789abcdef"  # a version-1 UUID's hex
 RESERVED = {
     "status": "ok",
     "messages": [
         {
-            "message_id": "a" * 32,
+            "message_id": MESSAGE_ID,
             "timestamp": 1.5,
             "partition": 1,
             "body": {"n": 1},
             "priority": 0,
             "attempts": 1,
-            "receipt": "1-" + "a" * 32 + "-t1",
+            "receipt": "1-" + MESSAGE_ID + "-t1",
         }
     ],
 }
@@ -182,7 +183,10 @@ UNAVAILABLE = {"status": "error", "error_msg": {"storage": "unavailable"}}
     [
         (lambda c: c.reserve("q", wait=0), RESERVED),
         (lambda c: c.ack("q", ["r"]), {"status": "ok", "acked": 1, "failed": {}}),
-        (lambda c: c.release("q", ["r"]), {"status": "ok", "released": 1, "failed": {}}),
+        (
+            lambda c: c.release("q", ["r"]),
+            {"status": "ok", "released": 1, "dead_lettered": 0, "failed": {}},
+        ),
         (lambda c: c.extend("q", ["r"], 5), {"status": "ok", "extended": 1, "failed": {}}),
     ],
     ids=["reserve", "ack", "release", "extend"],

@@ -3,6 +3,7 @@
 import pytest
 
 from queuey.web import ROUTES
+from queuey.web.operations import OPERATIONS
 
 
 @pytest.fixture
@@ -34,6 +35,11 @@ def test_every_route_is_documented_and_everything_documented_exists(sqlite_app):
     actual = served(sqlite_app.app)
     assert actual - documented == set(), "served but not documented"
     assert documented - actual == set(), "documented but not served"
+
+
+def test_the_operation_table_names_each_operation_once():
+    named = [(operation.route, operation.method) for operation in OPERATIONS]
+    assert len(named) == len(set(named))
 
 
 def test_work_queue_routes_and_fields_are_described(sqlite_app):

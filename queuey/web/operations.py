@@ -1,0 +1,182 @@
+"""The operation table: one row per HTTP operation the API serves.
+
+Each row names its route (:data:`queuey.web.ROUTES`, which gives the path and
+so the path parameters), its method, who may call it, the models of its query
+string and body, its answer and the error codes it may answer.
+:mod:`queuey.web.openapi` turns the table into ``/openapi.json``; the views keep
+their own ``view_config`` and validate with the same models.
+
+A request model is named by its attribute of :class:`queuey.web.schemas.Models`
+(its bounds are the app's settings) or given as a class when it has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from queuey.web.answers import Queue, QueueList, SubscriptionAnswer, SubscriptionsAnswer
+from queuey.web.schedules import CreateSchedule
+from queuey.web.schemas import SubscriptionSettings
+from queuey.wire import (
+    AckAnswer,
+    CheckpointsAnswer,
+    ExtendAnswer,
+    Heartbeat,
+    Messages,
+    Ok,
+    Posted,
+    RedriveAnswer,
+    ReleaseAnswer,
+    ReservedAnswer,
+    Schedule,
+    ScheduleList,
+    StatsAnswer,
+    Version,
+)
+
+#: What each error code means, as the description says it.
+ERRORS = {
+    400: "invalid parameter, path or body; every bad field is named",
+    401: "missing or unknown application; missing or wrong key (also for a queue "
+    "that does not exist, when the caller may not read private queues)",
+    403: "right key from an address outside the application's allowlist",
+    404: "no such queue (or schedule, on /schedules)",
+    405: "method not allowed here; see Allow",
+    409: "a queue (or schedule) of that name exists; a schedule changed meanwhile",
+    413: "the body, a message or the batch is too large",
+    415: "the body is not JSON",
+    429: "over the queue's post_rate or the application's max_posts_per_second "
+    "(named); see Retry-After",
+    503: "storage unavailable, or the queue is paused (paused); see Retry-After",
+    507: "the queue is at its max_length, or the application at its max_messages or "
+    "max_bytes (named); see Retry-After",
+}
+#: Codes every /queue operation may answer.
+QUEUE_ERRORS = (400, 401, 403, 404, 405, 503)
+BODY_ERRORS = (413, 415)
+#: Codes a /queue operation with a body may answer.
+SENT_ERRORS = QUEUE_ERRORS + BODY_ERRORS
+#: What a create (of a queue or a schedule) may answer.
+CREATE_ERRORS = (400, 401, 403, 409, 413, 415, 503)
+#: What flow control may answer a post (docs/flow.rst).
+POST_ERRORS = SENT_ERRORS + (429, 507)
+
+ModelRef = str | type[BaseModel]
+
+
+@dataclass(frozen=True)
+class Body:
+    """A request body: ``model`` (``None``: any JSON object); ``form``: the
+    fields may also come form-encoded, or in the query string when there is no
+    body, so the body is optional."""
+
+    model: ModelRef | None
+    form: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error answer unlike the others: its own description and answer model."""
+
+    status: int
+    description: str
+    answer: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation. ``answer``: the model of the success body
+    (:mod:`queuey.wire`, :mod:`queuey.web.answers`), or an OpenAPI ``content`` object for a body
+    that is not one of ours. ``caller``:
+    ``keyed`` (application and key), ``reader`` (the key only for private
+    queues) or ``anyone`` (no headers)."""
+
+    route: str
+    method: str
+    summary: str
+    answer: type[BaseModel] | dict[str, Any]
+    errors: tuple[int | Failure, ...] = QUEUE_ERRORS
+    status: int = 200
+    caller: Literal["keyed", "reader", "anyone"] = "keyed"
+    query: ModelRef | None = None
+    body: Body | None = None
+
+
+def _text(media: str, kind: str) -> dict[str, Any]:
+    return {"content": {media: {"schema": {"type": kind}}}}
+
+
+_O = Operation
+
+OPERATIONS: tuple[Operation, ...] = (
+    _O("queues", "post", "Create a queue", Queue, CREATE_ERRORS, 201,
+       body=Body("create_queue", form=True)),
+    _O("queues", "get", "List the application's queues", QueueList, (400, 401, 403, 503),
+       query="list_queues"),
+    _O("queue", "post", "Post one message (the body is the message, a JSON object)", Posted,
+       POST_ERRORS, 201, query="placement", body=Body(None)),
+    _O("queue", "get", "Read messages", Messages, caller="reader", query="read"),
+    _O("queue", "put", "Update a queue's settings and flow settings (partitions may only grow)",
+       Queue, SENT_ERRORS, body=Body("update_queue", form=True)),
+    _O("queue", "delete", "Delete a queue, or with delete=false only its messages", Ok,
+       query="delete_queue"),
+    _O("queue_batch", "post", "Post many messages, all or nothing", Posted, POST_ERRORS, 201,
+       body=Body("batch")),
+    _O("queue_info", "get", "A queue's metadata", Queue, caller="reader"),
+    _O("queue_reserve", "post",
+       "Lease messages to one consumer of a subscription (long poll with wait); "
+       "the parameters may also come in the query string when there is no body",
+       ReservedAnswer, SENT_ERRORS, body=Body("reserve", form=True)),
+    _O("queue_ack", "post", "Finish leased messages: never delivered again in the subscription",
+       AckAnswer, SENT_ERRORS, body=Body("ack")),
+    _O("queue_release", "post", "End leases now: available again after delay (or dead-lettered)",
+       ReleaseAnswer, SENT_ERRORS, body=Body("release")),
+    _O("queue_extend", "post", "Make leases end visibility_timeout seconds from now",
+       ExtendAnswer, SENT_ERRORS, body=Body("extend")),
+    _O("queue_stats", "get", "Message counts per partition and per subscription",
+       StatsAnswer),
+    _O("queue_subscriptions", "get",
+       "The queue's subscriptions that have a filter or a flow setting", SubscriptionsAnswer),
+    _O("queue_subscription", "get", "A subscription's filter and flow settings",
+       SubscriptionAnswer),
+    _O("queue_subscription", "put",
+       "Change a subscription's filter and flow settings (docs/api.rst)", SubscriptionAnswer,
+       SENT_ERRORS, body=Body(SubscriptionSettings)),
+    _O("queue_pause", "post", "Pause posting: posts are refused (503)", Queue),
+    _O("queue_resume", "post", "Resume posting", Queue),
+    _O("queue_subscription_pause", "post",
+       "Pause deliveries: reserves get none (leases stay)", SubscriptionAnswer),
+    _O("queue_subscription_resume", "post", "Resume a subscription's deliveries",
+       SubscriptionAnswer),
+    _O("queue_redrive", "post",
+       "Move dead letters back to the queues they came from, oldest first; "
+       "the parameters may also come in the query string when there is no body",
+       RedriveAnswer, SENT_ERRORS, body=Body("redrive", form=True)),
+    _O("queue_messages", "get", "Get messages by id", Messages, caller="reader"),
+    _O("queue_messages", "delete", "Delete messages by id", Ok),
+    _O("queue_checkpoints", "get", "How far a consumer processed each partition",
+       CheckpointsAnswer),
+    _O("queue_checkpoints", "put", "Record checkpoints", CheckpointsAnswer,
+       SENT_ERRORS, body=Body("checkpoints")),
+    _O("schedules", "post", "Create a schedule: a message posted to a queue once per tick",
+       Schedule, CREATE_ERRORS, 201, body=Body(CreateSchedule)),
+    _O("schedules", "get", "List the application's schedules", ScheduleList, (401, 403, 503)),
+    _O("schedule", "get", "A schedule and its tick state", Schedule),
+    _O("schedule", "delete", "Delete a schedule (what it posted stays)", Ok),
+    _O("schedule_pause", "post", "Pause a schedule: no tick until it is resumed", Schedule,
+       QUEUE_ERRORS + (409,)),
+    _O("schedule_resume", "post",
+       "Resume a schedule from now on (ticks missed while paused are not posted)", Schedule,
+       QUEUE_ERRORS + (409,)),
+    _O("heartbeat", "get", "Health of storage and coordination", Heartbeat,
+       (Failure(503, "a dependency is down; see Retry-After", Heartbeat),), caller="anyone"),
+    _O("lbheartbeat", "get", "Liveness", Ok, (), caller="anyone"),
+    _O("version", "get", "Build information", Version, (), caller="anyone"),
+    _O("metrics", "get", "Prometheus exposition (allowed addresses only)",
+       _text("text/plain", "string"), (403,), caller="anyone"),
+    _O("openapi", "get", "This description", _text("application/json", "object"), (),
+       caller="anyone"),
+)  # fmt: skip
