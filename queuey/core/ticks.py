@@ -39,8 +39,9 @@ one schedule then
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from types import SimpleNamespace
 
 from queuey import jsonio
 from queuey.clock import Clock
@@ -72,19 +73,6 @@ MAX_CATCH_UP = 100
 #: Seconds a tick may be overdue and still be posted under every policy: the
 #: passes of a node's ticker drift and may stall for a moment under load.
 LATE_GRACE = 5
-
-
-@dataclass(frozen=True)
-class _Placement:
-    """A template's placement, as :meth:`MessageRules.from_json` reads one."""
-
-    partition: int | None = None
-    partition_key: str | None = None
-    ttl: int | None = None
-    delay: int | None = None
-    priority: int | None = None
-    dedup_id: str | None = None
-    attributes: Mapping[str, str] | None = None
 
 
 def timetable(schedule: Schedule) -> cron.Timetable:
@@ -125,7 +113,9 @@ class TickFiring:
         attributes = dict(template.get("attributes") or {})
         attributes[SCHEDULE_ATTRIBUTE] = schedule.name
         attributes[TICK_ATTRIBUTE] = str(tick)
-        placement = _Placement(
+        # A Placement (queuey.core.messages) of the template's fields, as a
+        # REST post's query gives one.
+        placement = SimpleNamespace(
             **{k: template.get(k) for k in (*INTEGER_FIELDS, "partition_key")},
             dedup_id=dedup_id(schedule.name, tick),
             attributes=attributes,
