@@ -195,18 +195,14 @@ class Lengths:
         return Counted(count, size, epoch)
 
     def check(
-        self,
-        meta: QueueMeta,
-        count: int,
-        size: int,
-        *,
-        max_length: int = 0,
-        max_messages: int = 0,
-        max_bytes: int = 0,
-        share: float = 1.0,
+        self, meta: QueueMeta, count: int, size: int, *, share: float = 1.0, **limits: int
     ) -> Refusal | None:
-        """What :meth:`admit` would answer now, counting nothing."""
-        limits = (max_length, max_messages, max_bytes)
+        """What :meth:`admit` would answer now, counting nothing (``limits``
+        as :meth:`admit` names them)."""
+        names = ("max_length", "max_messages", "max_bytes")
+        if not limits.keys() <= set(names):
+            raise TypeError(f"unknown limits: {sorted(limits.keys() - set(names))}")
+        limits = tuple(limits.get(name, 0) for name in names)
         with self.tables.of(meta.application).locked() as table:
             index = table.find(_queue(meta.name))
             usage = table.find(_USAGE)
