@@ -66,3 +66,12 @@ def test_bad_settings_name_the_key(key, value):
         parse_settings({f"queuey.cassandra.{key}": value})
     assert info.value.key.startswith("queuey.cassandra.")
     assert info.value.key.endswith(key if key != "username" else "password")
+
+
+@pytest.mark.unit
+def test_the_removed_lwt_work_queue_design_is_refused_by_name():
+    assert parse_settings({"queuey.cassandra.work_queue": "owned"}).work_queue == "owned"
+    with pytest.raises(ConfigurationError) as info:
+        parse_settings({"queuey.cassandra.work_queue": "lwt"})
+    assert info.value.key == "queuey.cassandra.work_queue"
+    assert "lwt design was removed" in str(info.value)

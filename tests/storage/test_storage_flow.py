@@ -4,8 +4,7 @@ bucket file.
 
 SQLite enforces ``max_in_flight`` inside its write transaction, checked here
 with threads of two storages (two processes) sharing one file; Cassandra runs
-the contract in both work-queue modes (``owned``, ``lwt``), with a second
-storage object standing for a second API process.
+the contract with a second storage object standing for a second API process.
 """
 
 from __future__ import annotations
@@ -125,15 +124,10 @@ class TestSQLiteFlow(FlowContract):
 class TestCassandraFlow(FlowContract):
     exact_cap = False
 
-    @pytest.fixture(params=["owned", "lwt"])
-    def flow_settings(self, request, cassandra_settings) -> dict[str, str]:
-        """The work-queue mode, and a short owner term so members' heartbeats
-        come every 0.75 s."""
-        return {
-            **cassandra_settings,
-            "queuey.cassandra.work_queue": request.param,
-            "queuey.cassandra.owner_term": "3",
-        }
+    @pytest.fixture
+    def flow_settings(self, cassandra_settings) -> dict[str, str]:
+        """A short owner term, so members' heartbeats come every 0.75 s."""
+        return {**cassandra_settings, "queuey.cassandra.owner_term": "3"}
 
     @pytest.fixture
     def storage(self, flow_settings, clock):
@@ -160,9 +154,6 @@ class TestCassandraFlow(FlowContract):
         self, flow_settings, storage, clock
     ):
         assert storage.flow_state_path() is None
-        if flow_settings["queuey.cassandra.work_queue"] == "lwt":
-            assert storage.live_processes() is None
-            return
         assert storage.live_processes() >= 1
         second = load_from_config(flow_settings, clock)
         try:

@@ -4,10 +4,8 @@ A call reads, for each queue partition it may serve (all at once), the
 subscription's lease partition, the priorities the queue partition used and
 the new messages after each priority's position; picks the best candidates
 over all of them (priority, then available again before new, then oldest);
-and writes each touched lease partition conditionally. Partitions whose write
-lost a race are read again and the call goes on until it has ``limit``
-messages or nothing is left (:func:`.rounds.run_rounds`), so contention costs
-latency, never a wrong answer.
+and makes each touched lease partition durable. The call goes on until it
+has ``limit`` messages or nothing is left (:func:`.rounds.run_rounds`).
 """
 
 from __future__ import annotations
@@ -20,12 +18,11 @@ from dataclasses import dataclass, field
 from cassandra.cluster import ResponseFuture
 
 from queuey import ids
-from queuey.errors import StorageUnavailable
 from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
-from queuey.storage.cassandra.leasetable import LeaseTable
+from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.rounds import run_rounds
 from queuey.storage.cassandra.scancache import READ_AHEAD, Priorities, Scan, ScanCache
@@ -69,7 +66,7 @@ class View:
 class ReserveCall:
     """One reserve call of ``sub`` on ``queue``."""
 
-    def __init__(self, table: LeaseTable, c: Connection, queue: QueueMeta, sub: str) -> None:
+    def __init__(self, table: OwnedTable, c: Connection, queue: QueueMeta, sub: str) -> None:
         self.table = table
         self.c = c
         self.queue = queue
@@ -118,7 +115,7 @@ class ReserveCall:
             dead.extend(claimed)
             return more
 
-        outcome = run_rounds(
+        run_rounds(
             self.table,
             self.c,
             queue,
@@ -129,8 +126,6 @@ class ReserveCall:
             enough=lambda: len(deliveries) >= limit,
             before_load=self._read_priorities,
         )
-        if not outcome.finished and outcome.contended and not deliveries and not dead:
-            raise StorageUnavailable("cassandra: reserve: too much contention, retry")
         deliveries.sort(key=lambda d: d[0])
         return Reserved(deliveries=[d for _, d in deliveries], dead_letters=dead)
 

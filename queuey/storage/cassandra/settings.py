@@ -53,8 +53,8 @@ class CassandraSettings:
     password: str | None = None
     protocol_version: int = 5
     #: Work queues: ``owned`` (a process owns a subscription's queue partition
-    #: for a term and keeps its leases in memory, :mod:`.owned`) or ``lwt``
-    #: (every change a lightweight transaction, :mod:`queuey.storage.cassandra.workqueue`).
+    #: for a term and keeps its leases in memory, :mod:`.owned`), the only
+    #: design since ``lwt`` was removed.
     work_queue: str = "owned"
     #: Seconds an owner's term lasts without renewal (failover bound).
     owner_term: float = 10.0
@@ -164,8 +164,11 @@ def parse_settings(settings: Mapping[str, Any]) -> CassandraSettings:
     request_timeout = _as_float(settings, "request_timeout", 2.0, 0.0)
     protocol_version = _as_int(settings, "protocol_version", 5, 4, 5)
     work_queue = str(_get(settings, "work_queue") or "owned")
-    if work_queue not in ("owned", "lwt"):
-        raise ConfigurationError(PREFIX + "work_queue", f"must be owned or lwt, got {work_queue!r}")
+    if work_queue != "owned":
+        raise ConfigurationError(
+            PREFIX + "work_queue",
+            f"must be owned, got {work_queue!r} (the lwt design was removed)",
+        )
     owner_term = _as_float(settings, "owner_term", 10.0, 0.0)
     if not 3.0 <= owner_term <= 300.0:
         raise ConfigurationError(
