@@ -1,5 +1,5 @@
 """What flow control asks of storage, on each backend: the in-flight count and
-cap (:mod:`tests.storage.flow_contract`), the live processes and the shared
+cap (:mod:`queuey.storage.testing.flow_contract`), the live processes and the shared
 bucket file.
 
 SQLite enforces ``max_in_flight`` inside its write transaction, checked here
@@ -16,7 +16,7 @@ import pytest
 from queuey.storage import Storage
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.sqlite import SQLiteStorage
-from tests.storage.flow_contract import FlowContract, post, reserve, stats_in_flight
+from queuey.storage.testing.flow_contract import FlowContract, post, reserve, stats_in_flight
 from tests.support import wait_until
 
 #: Seconds any wait of these tests may take at most.
