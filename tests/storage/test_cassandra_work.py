@@ -1,9 +1,9 @@
 """Work queues on the real Cassandra node: what is specific to this backend.
 
 Two storage objects with their own sessions stand for two API nodes serving
-one subscription; the lease partitions' size, the settled rule, the priority
-index, dedup retries and the upgrade from schema version 1 are checked in the
-tables themselves.
+one subscription; the lease states' size (as their owner keeps them), the
+settled rule, the priority index, dedup retries and the upgrade from schema
+version 1 are checked.
 """
 
 from __future__ import annotations

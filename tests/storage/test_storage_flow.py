@@ -1,10 +1,10 @@
-"""What flow control asks of storage, on each backend: the in-flight count and
-cap (:mod:`queuey.storage.testing.flow_contract`), the live processes and the shared
-bucket file.
+"""What flow control asks of storage beyond the shipped contract
+(:mod:`queuey.storage.testing.flow_contract`, run by each backend's suite):
+the live processes, the shared bucket file, and processes sharing a store.
 
 SQLite enforces ``max_in_flight`` inside its write transaction, checked here
-with threads of two storages (two processes) sharing one file; Cassandra runs
-the contract with a second storage object standing for a second API process.
+with threads of two storages (two processes) sharing one file; on Cassandra a
+second storage object stands for a second API process.
 """
 
 from __future__ import annotations
@@ -16,16 +16,19 @@ import pytest
 from queuey.storage import Storage
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.sqlite import SQLiteStorage
-from queuey.storage.testing.flow_contract import FlowContract, post, reserve, stats_in_flight
+from queuey.storage.testing.flow_contract import flow_queue_in, post, reserve, stats_in_flight
 from tests.support import wait_until
 
 #: Seconds any wait of these tests may take at most.
 DEADLINE = 30.0
 
 
-class TestSQLiteFlow(FlowContract):
-    exact_cap = True
+@pytest.fixture
+def queue(storage):
+    return flow_queue_in(storage)
 
+
+class TestSQLiteFlow:
     @pytest.fixture
     def storage(self, tmp_path, clock):
         store = SQLiteStorage(tmp_path / "queuey.sqlite3", clock, sweep_interval=0)
@@ -121,9 +124,7 @@ class TestSQLiteFlow(FlowContract):
 
 
 @pytest.mark.cassandra
-class TestCassandraFlow(FlowContract):
-    exact_cap = False
-
+class TestCassandraFlow:
     @pytest.fixture
     def flow_settings(self, cassandra_settings) -> dict[str, str]:
         """A short owner term, so members' heartbeats come every 0.75 s."""

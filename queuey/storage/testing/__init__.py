@@ -9,7 +9,7 @@ when a test moves it, so nothing sleeps)::
     import pytest
 
     from queuey.clock import ManualClock
-    from queuey.storage.testing import FlowContract, StorageSuite
+    from queuey.storage.testing import StorageSuite
 
 
     class TestPostgresStorage(StorageSuite):
@@ -29,9 +29,9 @@ The suite is one class per area, each usable alone:
 reserve, leases), :class:`~.delivery_contract.DeliveryContract` (dead letters,
 priorities, reopen, stats, threads, FIFO) and
 :class:`~.schedule_contract.ScheduleContract` (schedules and their ticks, run
-through the core's service). :class:`~.flow_contract.FlowContract` (in-flight
-counts and the cap) is apart, because its queue fixture differs: subclass it
-too and say with ``exact_cap`` whether reserve enforces ``max_in_flight``.
+through the core's service) and :class:`~.flow_contract.FlowContract`
+(in-flight counts and the cap: set ``exact_cap = False`` on the subclass if
+reserve accepts ``max_in_flight`` without enforcing it).
 Each test works in its own application, so backends may share one database.
 A backend skips a test only with a stated reason (``pytest.skip``). The suite
 needs pytest; nothing in the service imports it.
@@ -44,8 +44,10 @@ from queuey.storage.testing.schedule_contract import ScheduleContract
 from queuey.storage.testing.work_contract import WorkQueueContract
 
 
-class StorageSuite(QueueContract, WorkQueueContract, DeliveryContract, ScheduleContract):
-    """Every area of the contract but flow control, for one backend."""
+class StorageSuite(
+    QueueContract, WorkQueueContract, DeliveryContract, ScheduleContract, FlowContract
+):
+    """Every area of the contract, for one backend."""
 
 
 __all__ = [
