@@ -10,9 +10,11 @@ second storage object stands for a second API process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 
+from queuey.clock import ManualClock
 from queuey.storage import Storage
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.sqlite import SQLiteStorage
@@ -125,10 +127,29 @@ class TestSQLiteFlow:
 
 @pytest.mark.cassandra
 class TestCassandraFlow:
-    @pytest.fixture
-    def flow_settings(self, cassandra_settings) -> dict[str, str]:
-        """A short owner term, so members' heartbeats come every 0.75 s."""
-        return {**cassandra_settings, "queuey.cassandra.owner_term": "3"}
+    @pytest.fixture(scope="class")
+    def flow_settings(self, cassandra_settings) -> Iterator[dict[str, str]]:
+        """A keyspace of this class's own, so the processes counted are only
+        its tests' (no member left by another test's storage), dropped before
+        and after; and a short owner term, so heartbeats come every 0.75 s."""
+        keyspace = cassandra_settings["queuey.cassandra.keyspace"] + "_flow"
+        settings = {
+            **cassandra_settings,
+            "queuey.cassandra.keyspace": keyspace,
+            "queuey.cassandra.owner_term": "3",
+        }
+        drop = f"DROP KEYSPACE IF EXISTS {keyspace}"
+        first = load_from_config(cassandra_settings, ManualClock())
+        try:
+            first.session.execute(drop, timeout=60)
+        finally:
+            first.close()
+        yield settings
+        last = load_from_config(cassandra_settings, ManualClock())
+        try:
+            last.session.execute(drop, timeout=60)
+        finally:
+            last.close()
 
     @pytest.fixture
     def storage(self, flow_settings, clock):
