@@ -1,7 +1,7 @@
 """The Cassandra work-queue path through the storage interface alone (no HTTP).
 
     python bench/cassandra_leases.py [--port 19042] [--messages 20000] [--partitions 4]
-                                     [--design owned|lwt]
+                                     [--design owned]
 
 On the harness Cassandra node (its own keyspace, dropped afterwards) it measures:
 
@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=19042)
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--design", choices=("owned", "lwt"), default="owned")
+    parser.add_argument("--design", choices=("owned",), default="owned")
     args = parser.parse_args()
     keyspace = "bench_leases_" + uuid.uuid4().hex[:8]
     conf = settings(args.port, keyspace, args.design)

@@ -2,7 +2,7 @@
 
     python bench/workqueue.py [--backend sqlite|cassandra|both] [--messages 20000]
                               [--batches 10,100] [--consumers 4] [--latency-messages 300]
-                              [--cassandra-designs lwt,owned] [--single-posts 2000]
+                              [--cassandra-designs owned] [--single-posts 2000]
 
 API nodes are ``pserve`` with granian, 2 worker processes each (the settings of
 ``bench/servers.py``). SQLite runs on one node (its store is one machine's
@@ -78,7 +78,7 @@ from bench.workqueue_load import (  # noqa: E402
 #: API nodes per backend: SQLite is one machine's file; Cassandra is shared.
 NODES = {"sqlite": 1, "cassandra": 2}
 WORKERS_PER_NODE = 2
-DESIGNS = ("lwt", "owned")
+DESIGNS = ("owned",)  # lwt was removed
 #: Seconds of idle after a drain whose requests are reported apart.
 IDLE_AFTER = 2.0
 KINDS = ("read", "write", "lwt")

@@ -18,8 +18,11 @@ MAX_LINES = 450
 
 #: The layers, lowest first; a module may import its own layer and those below.
 #: The doors (web, sqs, admin, cli, spark) are above the core; the client
-#: library talks HTTP and stands apart from the server's layers.
+#: library talks HTTP and stands apart from the server's layers. The shipped
+#: storage contract suite runs stores through the core's rules (schedules,
+#: dead letters), so it sits above the core, where no service module reaches it.
 LAYERS = {
+    "queuey.storage.testing": 3.5,
     "queuey.model": 1,
     "queuey.storage": 2,
     "queuey.core": 3,
@@ -176,6 +179,22 @@ def test_layers_import_only_downwards(layer):
         )
     ]
     assert upward == []
+
+
+def test_the_shipped_storage_suite_imports_nothing_from_tests():
+    """An out-of-tree backend runs :mod:`queuey.storage.testing` from an
+    installed package, where ``tests/`` does not exist."""
+    found = sorted(
+        f"{path.name}: {name}"
+        for path in (PACKAGE / "storage" / "testing").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+        if name == "tests" or name.startswith("tests.")
+    )
+    assert found == []
 
 
 def test_the_checker_sees_a_loop():

@@ -5,7 +5,7 @@ layer, the consumer library and the Spark source only ever talk to this
 interface; the concrete backend is chosen by a dotted name in the ini
 (``queuey.storage.backend``) and built by that module's ``load_from_config``.
 
-Contract (the same test suite, ``tests/storage/contract.py``, runs against
+Contract (the same test suite, :mod:`queuey.storage.testing`, runs against
 every backend):
 
 * Message ids are version-1 UUIDs minted by the backend when it accepts a

@@ -13,6 +13,9 @@ from queuey.model import QueueMeta
 from queuey.storage.cassandra import CassandraStorage, load_from_config
 from tests.storage.cassandra_support import KEYSPACE, Recorder
 
+# The shipped contract suite's asserts explain their failures as a test's do.
+pytest.register_assert_rewrite("queuey.storage.testing")
+
 
 @pytest.fixture(scope="module")
 def settings(cassandra_cluster) -> dict[str, str]:

@@ -1,19 +1,19 @@
-"""The shared storage and work-queue contracts on the real Cassandra node."""
+"""The storage contract suite (:mod:`queuey.storage.testing`) on the real Cassandra node."""
 
 from __future__ import annotations
 
 import pytest
 
 from queuey.storage.cassandra import load_from_config
-from tests.storage.contract import StorageContract
-from tests.storage.schedules_contract import ScheduleContract
-from tests.storage.work_contract import WorkQueueContract
+from queuey.storage.testing import StorageSuite
 
 
 @pytest.mark.cassandra
-class TestCassandraContract(StorageContract, WorkQueueContract, ScheduleContract):
-    """Both contracts on the real node; a fresh storage object (and id
+class TestCassandraContract(StorageSuite):
+    """The shipped suite on the real node; a fresh storage object (and id
     generator) per test so each test's ManualClock mints its ids."""
+
+    exact_cap = False  # the core bounds max_in_flight per process
 
     @pytest.fixture
     def storage(self, cassandra_settings, clock):

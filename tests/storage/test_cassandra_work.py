@@ -1,9 +1,9 @@
 """Work queues on the real Cassandra node: what is specific to this backend.
 
 Two storage objects with their own sessions stand for two API nodes serving
-one subscription; the lease partitions' size, the settled rule, the priority
-index, dedup retries and the upgrade from schema version 1 are checked in the
-tables themselves.
+one subscription; the lease states' size (as their owner keeps them), the
+settled rule, the priority index, dedup retries and the upgrade from schema
+version 1 are checked.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ import uuid
 from collections import Counter, defaultdict
 
 import pytest
-from cassandra import ConsistencyLevel
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery, parse_receipt
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.storage.cassandra import leases, load_from_config, upgrade_schema
 from queuey.storage.cassandra import schema as schema_module
 from queuey.storage.cassandra import writes as writes_module
@@ -26,13 +25,6 @@ from queuey.storage.cassandra.writes import MessageWriter
 from tests.storage.cassandra_support import KEYSPACE, MICROS, raw
 
 pytestmark = pytest.mark.cassandra
-
-
-@pytest.fixture(scope="module")
-def settings(settings):
-    """This file checks the stateless design's lease partitions (``lwt``);
-    the owned design has its own (test_cassandra_owned.py)."""
-    return {**settings, "queuey.cassandra.work_queue": "lwt"}
 
 
 def reserve(store, queue, clock, limit=10, vt=30, sub="s", settled=None, partitions=None):
@@ -48,23 +40,13 @@ def reserve(store, queue, clock, limit=10, vt=30, sub="s", settled=None, partiti
     )
 
 
-def lease_rows(store, queue, sub="s", partition=1):
-    return raw(
-        store,
-        f"SELECT slot, message_id, state, version FROM {KEYSPACE}.leases "
-        "WHERE incarnation = %s AND subscription = %s AND partition = %s",
-        (queue.incarnation, sub, partition),
-    )
+def lease_state(store, queue, sub="s", partition=1):
+    """The subscription's state in one queue partition, as its owner keeps it."""
+    return store._work.table.read(store._connection(), queue, sub, [partition])[partition]
 
 
 def positions(store, queue, sub="s", partition=1):
-    rows = raw(
-        store,
-        f"SELECT positions FROM {KEYSPACE}.leases "
-        "WHERE incarnation = %s AND subscription = %s AND partition = %s LIMIT 1",
-        (queue.incarnation, sub, partition),
-    )
-    return dict(rows[0][0] or {}) if rows else {}
+    return lease_state(store, queue, sub, partition).positions
 
 
 @pytest.fixture
@@ -150,38 +132,6 @@ def test_two_api_nodes_share_a_subscription_without_early_redelivery(
     assert reserve(store, queue, clock).deliveries == []
 
 
-def test_every_change_is_one_conditional_batch_at_local_serial(store, queue, clock, recorder):
-    store.put_messages(queue, [NewMessage("{}", 1, 600) for _ in range(3)])
-    recorder.clear()
-    got = reserve(store, queue, clock, limit=3, partitions=[1]).deliveries
-    batches = [s for s in recorder.sent if s.cql.startswith("BATCH")]
-    assert len(got) == 3 and len(batches) == 1
-    assert (batches[0].consistency, batches[0].serial) == (
-        ConsistencyLevel.LOCAL_QUORUM,
-        ConsistencyLevel.LOCAL_SERIAL,
-    )
-    recorder.clear()
-    store.ack(queue, "s", [d.receipt for d in got], clock.now_micros())
-    assert [s.cql for s in recorder.sent if s.cql.startswith("BATCH")] == [batches[0].cql]
-    assert not recorder.on("leases", "DELETE")
-
-
-def test_a_lease_write_that_timed_out_is_resolved_by_reading_it_back(store, queue, clock):
-    """A conditional write whose answer timed out may still have been applied:
-    reading the partition at LOCAL_SERIAL tells which (the tokens are ours)."""
-    store.put_messages(queue, [NewMessage("{}", 1, 600)])
-    (delivery,) = reserve(store, queue, clock, partitions=[1]).deliveries
-    _, mid, token = parse_receipt(delivery.receipt)
-    work, c = store._work.table, store._connection()
-    acked = work.load(c, queue, "s", [1])[1]
-    released = work.load(c, queue, "s", [1])[1]
-    assert acked.ack(mid, token) == "acked"
-    released.release(released.by_message[mid], clock.now_micros(), 0, "boom")
-    assert work.commit(c, queue, "s", [acked]) == [True]
-    assert work._landed(c, queue, "s", acked)
-    assert not work._landed(c, queue, "s", released)  # same version, other slots
-
-
 # -- the settled rule --------------------------------------------------------------------------
 def test_a_write_landing_late_with_an_older_id_is_still_delivered(store, queue, clock):
     """A message whose id was minted before a newer, already delivered one, but
@@ -237,15 +187,14 @@ def test_lease_partition_stays_bounded_over_many_rounds(store, clock):
         statuses = store.ack(queue, "s", [d.receipt for d in got], now)
         assert set(statuses.values()) <= {"acked"}
         delivered += len(got)
-        most_rows = max(most_rows, len(lease_rows(store, queue)))
+        most_rows = max(most_rows, len(lease_state(store, queue).slots))
     clock.advance(1)
     delivered += len(reserve(store, queue, clock, limit=100).deliveries)
-    rows = lease_rows(store, queue)
-    print(f"rounds={rounds} delivered={delivered} lease_rows_max={most_rows} now={len(rows)}")
+    slots = lease_state(store, queue).slots
+    print(f"rounds={rounds} delivered={delivered} slots_max={most_rows} now={len(slots)}")
     assert delivered == rounds * batch
     # In flight (5) plus those not yet behind the position (2 ms of posts).
     assert most_rows <= 4 * batch, most_rows
-    assert rows[0][3] >= rounds  # one version per change, rows overwritten in place
 
 
 def test_full_slots_stop_new_deliveries_until_messages_finish(store, queue, clock, monkeypatch):
@@ -258,7 +207,7 @@ def test_full_slots_stop_new_deliveries_until_messages_finish(store, queue, cloc
     store.ack(queue, "s", [d.receipt for d in first[:3]], clock.now_micros())
     again = reserve(store, queue, clock, limit=10).deliveries
     assert [d.message.body for d in again] == ['{"n": %d}' % n for n in (4, 5, 6)]
-    assert len(lease_rows(store, queue)) == 4
+    assert len(lease_state(store, queue).slots) == 4
 
 
 def test_each_reopen_draws_a_new_generation_even_after_its_slot_was_reused(store, clock):
@@ -280,7 +229,8 @@ def test_each_reopen_draws_a_new_generation_even_after_its_slot_was_reused(store
         clock.advance(0.001)
         (other,) = reserve(store, queue, clock).deliveries
         store.ack(queue, "s", [other.receipt], clock.now_micros())
-        assert posted.id not in {row[1] for row in lease_rows(store, queue)}  # slot reused
+        slots = lease_state(store, queue).slots.values()
+        assert posted.id not in {x.message_id for x in slots}  # slot reused
         ref = MessageRef(1, posted.id)
         assert store.reopen(queue, "s", [ref], clock.now_micros()) == 1
     assert generations[0] == "" and len(set(generations)) == 3

@@ -2,12 +2,10 @@ import pytest
 
 from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
-from tests.storage.contract import StorageContract
-from tests.storage.schedules_contract import ScheduleContract
-from tests.storage.work_contract import WorkQueueContract
+from queuey.storage.testing import StorageSuite
 
 
-class TestSQLiteContract(StorageContract, WorkQueueContract, ScheduleContract):
+class TestSQLiteContract(StorageSuite):
     @pytest.fixture
     def storage(self, tmp_path, clock):
         store = SQLiteStorage(tmp_path / "queuey.sqlite3", clock)

@@ -1,32 +1,36 @@
-"""What flow control asks of storage, on each backend: the in-flight count and
-cap (:mod:`tests.storage.flow_contract`), the live processes and the shared
-bucket file.
+"""What flow control asks of storage beyond the shipped contract
+(:mod:`queuey.storage.testing.flow_contract`, run by each backend's suite):
+the live processes, the shared bucket file, and processes sharing a store.
 
 SQLite enforces ``max_in_flight`` inside its write transaction, checked here
-with threads of two storages (two processes) sharing one file; Cassandra runs
-the contract in both work-queue modes (``owned``, ``lwt``), with a second
-storage object standing for a second API process.
+with threads of two storages (two processes) sharing one file; on Cassandra a
+second storage object stands for a second API process.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 
+from queuey.clock import ManualClock
 from queuey.storage import Storage
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.sqlite import SQLiteStorage
-from tests.storage.flow_contract import FlowContract, post, reserve, stats_in_flight
+from queuey.storage.testing.flow_contract import flow_queue_in, post, reserve, stats_in_flight
 from tests.support import wait_until
 
 #: Seconds any wait of these tests may take at most.
 DEADLINE = 30.0
 
 
-class TestSQLiteFlow(FlowContract):
-    exact_cap = True
+@pytest.fixture
+def queue(storage):
+    return flow_queue_in(storage)
 
+
+class TestSQLiteFlow:
     @pytest.fixture
     def storage(self, tmp_path, clock):
         store = SQLiteStorage(tmp_path / "queuey.sqlite3", clock, sweep_interval=0)
@@ -122,18 +126,30 @@ class TestSQLiteFlow(FlowContract):
 
 
 @pytest.mark.cassandra
-class TestCassandraFlow(FlowContract):
-    exact_cap = False
-
-    @pytest.fixture(params=["owned", "lwt"])
-    def flow_settings(self, request, cassandra_settings) -> dict[str, str]:
-        """The work-queue mode, and a short owner term so members' heartbeats
-        come every 0.75 s."""
-        return {
+class TestCassandraFlow:
+    @pytest.fixture(scope="class")
+    def flow_settings(self, cassandra_settings) -> Iterator[dict[str, str]]:
+        """A keyspace of this class's own, so the processes counted are only
+        its tests' (no member left by another test's storage), dropped before
+        and after; and a short owner term, so heartbeats come every 0.75 s."""
+        keyspace = cassandra_settings["queuey.cassandra.keyspace"] + "_flow"
+        settings = {
             **cassandra_settings,
-            "queuey.cassandra.work_queue": request.param,
+            "queuey.cassandra.keyspace": keyspace,
             "queuey.cassandra.owner_term": "3",
         }
+        drop = f"DROP KEYSPACE IF EXISTS {keyspace}"
+        first = load_from_config(cassandra_settings, ManualClock())
+        try:
+            first.session.execute(drop, timeout=60)
+        finally:
+            first.close()
+        yield settings
+        last = load_from_config(cassandra_settings, ManualClock())
+        try:
+            last.session.execute(drop, timeout=60)
+        finally:
+            last.close()
 
     @pytest.fixture
     def storage(self, flow_settings, clock):
@@ -160,9 +176,6 @@ class TestCassandraFlow(FlowContract):
         self, flow_settings, storage, clock
     ):
         assert storage.flow_state_path() is None
-        if flow_settings["queuey.cassandra.work_queue"] == "lwt":
-            assert storage.live_processes() is None
-            return
         assert storage.live_processes() >= 1
         second = load_from_config(flow_settings, clock)
         try:

@@ -29,9 +29,8 @@ queues on Cassandra"):
 * ``dedup``: ``PRIMARY KEY ((incarnation, dedup_id))``, the first message of
   each dedup id and whether its write completed (``written``, version 4)
   (:mod:`.dedup`).
-* ``leases``: ``PRIMARY KEY ((incarnation, subscription, partition), slot)``,
-  a subscription's state in one queue partition (:mod:`.leases`), and
-  ``subscriptions``: the subscriptions used on an incarnation.
+* ``subscriptions``: the subscriptions used on an incarnation (their state
+  in each queue partition is kept by its owner: :mod:`.owned`, :mod:`.statelog`).
 
 Purging writes a new ``incarnation`` into the queue row and deleting removes
 the row: both are O(1), old message rows become unreachable and expire by TTL.
@@ -44,9 +43,10 @@ The modules, one job each: :mod:`.settings` (the ``queuey.cassandra.*`` keys),
 (prepared CQL), :mod:`.schema` (migrations), :mod:`.queues` (queue rows),
 :mod:`.writes`, :mod:`.dedup` and :mod:`.reads` (the message paths),
 :mod:`.leases` (a subscription's state and its rules, no I/O), :mod:`.turns`
-(this process's turns on lease partitions), :mod:`.leasetable` (lease I/O),
-:mod:`.rounds` (the conditional rounds every change runs), :mod:`queuey.storage.cassandra.workqueue`
-(ack, release, extend, reopen), :mod:`.reservation` (reserve),
+(this process's turns on lease partitions), :mod:`.ownedtable` (the owned
+lease states), :mod:`.rounds` (the rounds every change runs),
+:mod:`queuey.storage.cassandra.workqueue` (ack, release, extend, reopen),
+:mod:`.reservation` (reserve),
 :mod:`.workstats` (stats), :mod:`.flow` (what flow control asks: in-flight
 counts, live processes) and :mod:`.backend` (:class:`CassandraStorage`).
 

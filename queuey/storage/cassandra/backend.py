@@ -61,7 +61,6 @@ from queuey.storage.cassandra.settings import (
     parse_settings,
 )
 from queuey.storage.cassandra.statements import Connection, Statements
-from queuey.storage.cassandra.workqueue import CassandraWorkQueue
 from queuey.storage.cassandra.writes import MessageWriter
 
 log = logging.getLogger(__name__)
@@ -92,11 +91,7 @@ class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
         self.write_timeout_seconds = config.request_timeout
         self._max_ttl_micros = config.max_ttl * MICROS
         self._writer = MessageWriter(config, clock, dedup_window)
-        self._work: CassandraWorkQueue | OwnedWorkQueue = (
-            OwnedWorkQueue(config, self._max_ttl_micros)
-            if config.work_queue == "owned"
-            else CassandraWorkQueue(config, self._max_ttl_micros)
-        )
+        self._work = OwnedWorkQueue(config, self._max_ttl_micros)
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._closed = False

@@ -38,8 +38,7 @@ class CassandraFlow:
         (it joins them if it had not yet): a process that starts counts
         within a quarter ``owner_term``, one that stops within a quarter term
         when it closes cleanly and within three terms and a quarter when it
-        dies. ``None`` with ``work_queue = lwt``, where processes keep no
-        membership, and while Cassandra cannot be reached."""
+        dies. ``None`` while Cassandra cannot be reached."""
         return self._work.live_processes(self._connection)  # type: ignore[attr-defined]
 
     @boundary("subscriptions")

@@ -1,9 +1,9 @@
 """A subscription's state in one queue partition, and the rules that change it.
 
-Pure logic, no I/O: :mod:`.leasetable` reads a :class:`LeaseState` from its
-Cassandra partition, :mod:`queuey.storage.cassandra.workqueue` and :mod:`.reservation` apply these
-transitions, and the table writes back only the slots they touched,
-conditionally on the version it read.
+Pure logic, no I/O: its owner keeps a :class:`LeaseState` in memory
+(:mod:`.ownedtable`), :mod:`queuey.storage.cassandra.workqueue` and
+:mod:`.reservation` apply these transitions, and the owner makes durable only
+the slots they touched (:mod:`.statelog`).
 
 The state is a few *positions* (one per priority: every message of that
 priority at or before it has been handed out, so later calls only look after

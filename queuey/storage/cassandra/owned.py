@@ -1,11 +1,12 @@
 """Owned work queues: the owner of a partition serves it from memory.
 
-The default Cassandra work queue (``queuey.cassandra.work_queue = owned``).
+The Cassandra work queue (``queuey.cassandra.work_queue = owned``, the only
+design since ``lwt`` was removed).
 Each API process owns some of a subscription's queue partitions for a term
-(:mod:`queuey.storage.cassandra.ownership`) and serves them from memory (:mod:`.ownedtable`), with
-the same rules as the stateless design (:mod:`queuey.storage.cassandra.workqueue`, :mod:`.leases`,
-:mod:`.reservation`): a change costs one plain write, no lightweight
-transaction. A call that names partitions another process owns is forwarded
+(:mod:`queuey.storage.cassandra.ownership`) and serves them from memory
+(:mod:`.ownedtable`) with the rules of :mod:`queuey.storage.cassandra.workqueue`,
+:mod:`.leases` and :mod:`.reservation`: a change costs one plain write, no
+lightweight transaction. A call that names partitions another process owns is forwarded
 to that process over its peer port (:mod:`.peers`, authenticated with the
 peer secret); the receiving process serves it from what it owns and answers
 "not the owner" otherwise, and the sender looks the owner up again.
@@ -58,7 +59,7 @@ class OwnedWorkQueue:
         self.config = config
         self.table = OwnedTable(config, max_ttl_micros)
         self.ownership = self.table.ownership
-        self.local = CassandraWorkQueue(config, max_ttl_micros, table=self.table)
+        self.local = CassandraWorkQueue(self.table)
         #: A forwarded call waits at most this long: a frozen owner must not
         #: hold a live process's calls past the term in which its partitions
         #: move (a forwarded call makes a few storage calls of its own).

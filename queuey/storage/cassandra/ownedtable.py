@@ -1,29 +1,43 @@
 """Lease partitions held in memory by their owner (see :mod:`queuey.storage.cassandra.ownership`).
 
-:class:`OwnedTable` has the interface of :class:`.leasetable.LeaseTable`, so
-the work queue, a reserve call and the rounds run on it unchanged: ``load``
-hands out a copy of the owned state (under this process's turn on the
-partition; a partition handed over since the call was routed is left out and
-the call routes it again), ``commit`` makes the changed copy durable as one delta
+One :class:`OwnedTable` per backend is what the work queue, a reserve call
+and the rounds run on: ``load`` hands out a copy of the owned state (under
+this process's turn on the partition, :class:`.turns.Turns`; a partition
+handed over since the call was routed is left out and the call routes it
+again), ``commit`` makes the changed copy durable as one delta
 (:mod:`.statelog`), checks that the term still runs, and only then installs
 it as the state in memory. No write is conditional; every commit applies.
 A write that fails leaves the outcome unknown, so the partition is dropped
-and taken again with a new epoch, which reads back whatever landed.
+and taken again with a new epoch, which reads back whatever landed. The
+table also registers subscriptions for the stats and reads the messages
+that slots name.
 """
 
 from __future__ import annotations
 
+import collections
+import random
+import threading
+import time
+import uuid
 from collections.abc import Sequence
 
 from queuey.errors import StorageUnavailable
-from queuey.model import QueueMeta
-from queuey.storage.cassandra.leases import LeaseState
-from queuey.storage.cassandra.leasetable import LeaseTable
+from queuey.model import Message, QueueMeta
+from queuey.storage.cassandra.leases import LeaseState, Slot
 from queuey.storage.cassandra.ownership import Held, NotOwner, Ownership
+from queuey.storage.cassandra.reads import message_of
 from queuey.storage.cassandra.scancache import ScanCache
-from queuey.storage.cassandra.settings import CassandraSettings
+from queuey.storage.cassandra.session import P_WORK, consistency_profile, execute_all
+from queuey.storage.cassandra.settings import CASSANDRA_MAX_TTL, CassandraSettings
 from queuey.storage.cassandra.statelog import SNAPSHOT_EVERY, decode
 from queuey.storage.cassandra.statements import Connection
+from queuey.storage.cassandra.turns import Turns
+
+#: Seconds between a process's re-registrations of a subscription it uses.
+REGISTER_EVERY = 86400
+#: Subscriptions a process remembers having registered.
+REGISTERED_CACHE = 65_536
 
 
 def copy_state(state: LeaseState, epoch: int) -> LeaseState:
@@ -37,13 +51,39 @@ def copy_state(state: LeaseState, epoch: int) -> LeaseState:
     )
 
 
-class OwnedTable(LeaseTable):
+class OwnedTable:
     """The owned partitions' states in memory, made durable change by change."""
 
     def __init__(self, config: CassandraSettings, max_ttl_micros: int) -> None:
-        super().__init__(config, max_ttl_micros)
+        self.max_ttl_micros = max_ttl_micros
+        self.timeout = config.request_timeout
+        #: Lease state lives as long as any message it can name (refreshed on write).
+        self.lease_ttl = min(CASSANDRA_MAX_TTL, config.max_ttl + 86400)
+        self.turns = Turns()
         self.ownership = Ownership(config, self.turns, self.lease_ttl)
+        #: Scans kept between reserves.
         self.scans = ScanCache()
+        self._registered: collections.OrderedDict[tuple[str, str], float] = (
+            collections.OrderedDict()
+        )
+        self._registered_lock = threading.Lock()
+
+    # -- turns --------------------------------------------------------------------
+    def take_turns(self, queue: QueueMeta, sub: str, pending: Sequence[int]) -> list[int]:
+        """The partitions among ``pending`` no other thread of this node is
+        changing (their turns taken); if there are none, wait for one."""
+        keys = self.turns.try_take([(queue.incarnation, sub, p) for p in pending])
+        if keys:
+            return [k[2] for k in keys]
+        p = random.choice(list(pending))
+        self.turns.take((queue.incarnation, sub, p), 4 * self.timeout)
+        return [p]
+
+    def give_back(self, queue: QueueMeta, sub: str, held: Sequence[int]) -> None:
+        """End the turns :meth:`take_turns` took."""
+        self.turns.give_back([(queue.incarnation, sub, p) for p in held])
+
+    # -- state I/O ----------------------------------------------------------------
 
     def _held(self, queue: QueueMeta, sub: str, partition: int) -> Held:
         h = self.ownership.held((queue.incarnation, sub, partition))
@@ -81,10 +121,12 @@ class OwnedTable(LeaseTable):
 
     def commit(
         self, c: Connection, queue: QueueMeta, sub: str, states: Sequence[LeaseState]
-    ) -> list[bool]:
+    ) -> None:
+        """Make the changed states durable, then install them in memory; a
+        failure drops the partitions and raises :class:`StorageUnavailable`."""
         if not states:
-            return []
-        self._register(c, queue, sub, False)
+            return
+        self._register(c, queue, sub)
         stamp = self.ownership.stamp
         pending = []
         for state in states:
@@ -118,7 +160,6 @@ class OwnedTable(LeaseTable):
             if isinstance(failed, StorageUnavailable):
                 raise failed
             raise StorageUnavailable(f"cassandra: lease state write failed: {failed}") from failed
-        return [True] * len(states)
 
     def _snapshot(self, h: Held) -> None:
         """Fold the deltas into the snapshot, so the ring never wraps over one
@@ -131,3 +172,41 @@ class OwnedTable(LeaseTable):
             self.ownership.drop(h.key, h.epoch)
             return
         h.since_snapshot = 0
+
+    def _register(self, c: Connection, queue: QueueMeta, sub: str) -> None:
+        """Record the subscription for stats, again once a day from each
+        process so the row outlives its TTL while used."""
+        key = (queue.incarnation, sub)
+        with self._registered_lock:
+            last = self._registered.get(key)
+        if last is not None and time.monotonic() - last < REGISTER_EVERY:
+            return
+        c.session.execute(
+            c.st.insert_subscription,
+            (queue.incarnation, sub, self.lease_ttl),
+            execution_profile=P_WORK,
+            timeout=self.timeout,
+        )
+        with self._registered_lock:
+            self._registered[key] = time.monotonic()
+            self._registered.move_to_end(key)
+            while len(self._registered) > REGISTERED_CACHE:
+                self._registered.popitem(last=False)
+
+    # -- the messages slots name --------------------------------------------------
+    def messages(
+        self, c: Connection, queue: QueueMeta, partition: int, slots: Sequence[Slot], now: int
+    ) -> dict[uuid.UUID, Message]:
+        """The live messages the slots name."""
+        stmts = [
+            c.st.get_message.bind(
+                (queue.incarnation, partition, c.bucket_of(s.timestamp), s.message_id)
+            )
+            for s in slots
+        ]
+        found = {}
+        for rs in execute_all(c.session, stmts, consistency_profile(queue), self.timeout):
+            row = rs.one()
+            if row is not None and row[2] > now:
+                found[row[0]] = message_of(row, partition)
+        return found

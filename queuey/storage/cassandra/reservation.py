@@ -4,10 +4,8 @@ A call reads, for each queue partition it may serve (all at once), the
 subscription's lease partition, the priorities the queue partition used and
 the new messages after each priority's position; picks the best candidates
 over all of them (priority, then available again before new, then oldest);
-and writes each touched lease partition conditionally. Partitions whose write
-lost a race are read again and the call goes on until it has ``limit``
-messages or nothing is left (:func:`.rounds.run_rounds`), so contention costs
-latency, never a wrong answer.
+and makes each touched lease partition durable. The call goes on until it
+has ``limit`` messages or nothing is left (:func:`.rounds.run_rounds`).
 """
 
 from __future__ import annotations
@@ -20,12 +18,11 @@ from dataclasses import dataclass, field
 from cassandra.cluster import ResponseFuture
 
 from queuey import ids
-from queuey.errors import StorageUnavailable
 from queuey.model import DeadLetter, Delivery, Message, QueueMeta, ReadQuery, Reserved, make_receipt
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.cassandra.leases import CLAIMED, LEASED, RELEASED, LeaseState, Slot, advance
-from queuey.storage.cassandra.leasetable import LeaseTable
+from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan
 from queuey.storage.cassandra.rounds import run_rounds
 from queuey.storage.cassandra.scancache import READ_AHEAD, Priorities, Scan, ScanCache
@@ -69,15 +66,15 @@ class View:
 class ReserveCall:
     """One reserve call of ``sub`` on ``queue``."""
 
-    def __init__(self, table: LeaseTable, c: Connection, queue: QueueMeta, sub: str) -> None:
+    def __init__(self, table: OwnedTable, c: Connection, queue: QueueMeta, sub: str) -> None:
         self.table = table
         self.c = c
         self.queue = queue
         self.sub = sub
         #: Per partition, the priorities it used (kept) or their read.
         self._priorities: dict[int, ResponseFuture | frozenset[int]] = {}
-        #: Scans kept by this process (an owner's), or None (read every time).
-        self.kept: ScanCache | None = table.scans
+        #: Scans this process keeps (as the owner) between calls.
+        self.kept: ScanCache = table.scans
         self.now = 0  # the call's clock (microseconds), set by run
         #: The subscription's filter, or None (it takes every message).
         self.accept = accepts(queue, sub)
@@ -118,7 +115,7 @@ class ReserveCall:
             dead.extend(claimed)
             return more
 
-        outcome = run_rounds(
+        run_rounds(
             self.table,
             self.c,
             queue,
@@ -129,21 +126,18 @@ class ReserveCall:
             enough=lambda: len(deliveries) >= limit,
             before_load=self._read_priorities,
         )
-        if not outcome.finished and outcome.contended and not deliveries and not dead:
-            raise StorageUnavailable("cassandra: reserve: too much contention, retry")
         deliveries.sort(key=lambda d: d[0])
         return Reserved(deliveries=[d for _, d in deliveries], dead_letters=dead)
 
     def _read_priorities(self, parts: Sequence[int]) -> None:
         """Start reading which priorities each partition used (while the
-        lease partitions are read), unless this process keeps them."""
+        lease partitions are loaded), unless this process keeps them."""
         c, queue = self.c, self.queue
         for p in parts:
-            if self.kept is not None:
-                known = self.kept.get((queue.incarnation, p), self.now)
-                if isinstance(known, Priorities):
-                    self._priorities[p] = known.used
-                    continue
+            known = self.kept.get((queue.incarnation, p), self.now)
+            if isinstance(known, Priorities):
+                self._priorities[p] = known.used
+                continue
             self._priorities[p] = c.session.execute_async(
                 c.st.queue_priorities,
                 (queue.incarnation, p),
@@ -158,9 +152,8 @@ class ReserveCall:
             return found
         used = frozenset(row[0] for row in found.result())
         self._priorities[p] = used
-        if self.kept is not None:
-            queue = (self.queue.application, self.queue.name)
-            self.kept.put((self.queue.incarnation, p), Priorities(queue, used, self.now))
+        queue = (self.queue.application, self.queue.name)
+        self.kept.put((self.queue.incarnation, p), Priorities(queue, used, self.now))
         return used
 
     def _views(
@@ -208,7 +201,7 @@ class ReserveCall:
                 complete = source.exhausted and now <= source.now
                 view.bounds[q] = min(settled, source.settled)
             else:
-                found, complete = self._read(source, view.state, q, need, budget, now, settled)
+                found, complete = self._read(source, view.state, q, budget, now, settled)
             rows: list[tuple[uuid.UUID, bool]] = []
             exhausted = complete
             fresh = 0
@@ -227,8 +220,6 @@ class ReserveCall:
     def _kept(self, state: LeaseState, q: int, now: int, need: int) -> Scan | None:
         """A kept scan of ``(partition, q)`` that can serve this call: it has
         ``need`` new messages after the position, or it saw everything."""
-        if self.kept is None:
-            return None
         scan = self.kept.get((self.queue.incarnation, self.sub, state.partition, q), now)
         if not isinstance(scan, Scan):
             return None
@@ -246,8 +237,8 @@ class ReserveCall:
 
     def _rows(self, state: LeaseState, q: int, need: int) -> int:
         """Rows one read after the position of ``q`` asks for: what the call
-        needs (an owner: the read-ahead) plus the slots it passes over."""
-        ahead = need if self.kept is None else max(need, READ_AHEAD)
+        needs, at least the read-ahead, plus the slots it passes over."""
+        ahead = max(need, READ_AHEAD)
         return min(SCAN_ROWS, ahead + state.ahead(q))
 
     def _read(
@@ -255,28 +246,22 @@ class ReserveCall:
         reader: PartitionReader,
         state: LeaseState,
         q: int,
-        need: int,
         rows: int,
         now: int,
         settled: int,
     ) -> tuple[list[Message], bool]:
         """The messages a read of ``rows`` after the position found (all of
-        them when scans are kept, and then kept), and whether it reached the end."""
-        cap = SCAN_ROWS if self.kept is None else rows
+        them, kept for later calls), and whether it reached the end."""
         found: list[Message] = []
         complete = True
-        fresh = 0
         for msg in reader.messages():
             found.append(msg)
-            if self._takes(q, msg) and msg.id not in state.by_message:
-                fresh += 1
-            if (self.kept is None and fresh >= need) or len(found) >= cap:
+            if len(found) >= rows:
                 complete = False
                 break
-        if self.kept is not None:
-            key = (self.queue.incarnation, self.sub, state.partition, q)
-            queue = (self.queue.application, self.queue.name)
-            self.kept.put(key, Scan.of(queue, found, complete, now, settled))
+        key = (self.queue.incarnation, self.sub, state.partition, q)
+        queue = (self.queue.application, self.queue.name)
+        self.kept.put(key, Scan.of(queue, found, complete, now, settled))
         return found, complete
 
     def _reader(

@@ -8,6 +8,10 @@ later release appends migrations instead of editing old ones. Statements use
 The time-bucket width is fixed when the schema is created and stored in
 ``storage_settings``: changing it later would make existing messages
 unreachable, so an existing keyspace keeps its width.
+
+The ``leases`` table belonged to the removed ``lwt`` work-queue design: the
+migrations no longer create it (nor alter it) for a new keyspace, and an
+existing keyspace keeps it, unread.
 """
 
 from __future__ import annotations
@@ -136,13 +140,6 @@ def _v2(cfg: CassandraSettings) -> list[str]:
         f" WITH {expiring}",
         f"CREATE TABLE IF NOT EXISTS {ks}.subscriptions ("
         " incarnation text, subscription text, PRIMARY KEY ((incarnation), subscription))",
-        f"CREATE TABLE IF NOT EXISTS {ks}.leases ("
-        " incarnation text, subscription text, partition int,"
-        " version bigint static, positions frozen<map<int, timeuuid>> static,"
-        " dead_lettered bigint static,"
-        " slot int, message_id timeuuid, priority int, lease_token text, state text,"
-        " visible_at bigint, attempts int, last_error text,"
-        " PRIMARY KEY ((incarnation, subscription, partition), slot))",
     ]
 
 
@@ -151,7 +148,6 @@ def _v3(cfg: CassandraSettings) -> list[str]:
     transaction can compare it)."""
     return [
         f"ALTER TABLE {cfg.keyspace}.queues ADD IF NOT EXISTS (fifo boolean, attributes text)",
-        f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (first_at bigint)",
     ]
 
 
@@ -161,9 +157,9 @@ def _v4(cfg: CassandraSettings) -> list[str]:
 
 
 def _v5(cfg: CassandraSettings) -> list[str]:
-    """A slot's generation, drawn anew by each reopen (redrive): a dead letter's
-    ``dedup_id`` includes it (:class:`queuey.model.DeadLetter`)."""
-    return [f"ALTER TABLE {cfg.keyspace}.leases ADD IF NOT EXISTS (generation text)"]
+    """A slot's generation, drawn anew by each reopen (redrive), was a column
+    of ``leases``; owned lease states carry it in their log."""
+    return []
 
 
 def _v6(cfg: CassandraSettings) -> list[str]:

@@ -131,22 +131,6 @@ class Statements:
         self.list_subscriptions = p(
             f"SELECT subscription FROM {ks}.subscriptions WHERE incarnation = ?"
         )
-        lease_key = "incarnation = ? AND subscription = ? AND partition = ?"
-        self.read_leases = p(
-            "SELECT slot, version, positions, dead_lettered, message_id, priority, lease_token, "
-            f"state, visible_at, attempts, last_error, first_at, generation FROM {ks}.leases "
-            f"WHERE {lease_key}"
-        )
-        self.write_lease_head = p(
-            f"UPDATE {ks}.leases USING TTL ? SET version = ?, positions = ?, dead_lettered = ? "
-            f"WHERE {lease_key} IF version = ?"
-        )
-        self.write_slot = p(
-            f"UPDATE {ks}.leases USING TTL ? SET message_id = ?, priority = ?, lease_token = ?, "
-            "state = ?, visible_at = ?, attempts = ?, last_error = ?, first_at = ?, "
-            "generation = ? "
-            f"WHERE {lease_key} AND slot = ?"
-        )
         # checkpoints
         self.get_checkpoints = p(
             f"SELECT partition, id FROM {ks}.checkpoints "

@@ -1,15 +1,11 @@
 """Work queues on Cassandra: reserve, ack, release, extend, reopen and stats.
 
-A subscription's state in one queue partition lives in one Cassandra partition
-of ``leases`` (key: incarnation, subscription, queue partition): static columns
-``version``, ``positions`` (per priority) and ``dead_lettered``, and at most
-:data:`.leases.SLOTS` slot rows (:mod:`.leases`). Every change reads that
-partition, computes the new state in Python and writes the touched rows in one
-single-partition batch conditional on ``version`` (a lightweight transaction at
-LOCAL_SERIAL; :mod:`.leasetable`), in rounds (:mod:`.rounds`). Any number of
-API nodes serve a subscription without talking to each other: a lost race
-costs a re-read and another attempt, and reserve first tries the other
-partitions it was given.
+A subscription's state in one queue partition is a :class:`.leases.LeaseState`:
+``version``, ``positions`` (per priority), ``dead_lettered`` and at most
+:data:`.leases.SLOTS` slots (:mod:`.leases`). Its owner keeps it in memory and
+makes each change durable (:mod:`.ownedtable`); every change runs in rounds
+(:mod:`.rounds`) on the partitions this process owns, and :mod:`.owned`
+forwards the rest to their owners.
 
 New messages are found by reading the messages table after the position of
 priority 0 (rows of other priorities are passed over) and the priority index
@@ -22,7 +18,7 @@ upper bound and cost nothing until due.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from queuey.model import (
@@ -37,22 +33,20 @@ from queuey.model import (
 )
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra.leases import FINISHED, GONE, RELEASED, LeaseState, Slot
-from queuey.storage.cassandra.leasetable import LeaseTable
+from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.reservation import ReserveCall
 from queuey.storage.cassandra.rounds import change_partitions
-from queuey.storage.cassandra.settings import CassandraSettings
 from queuey.storage.cassandra.statements import Connection
 from queuey.storage.cassandra.workstats import in_flight as count_in_flight
 from queuey.storage.cassandra.workstats import queue_stats
 
 
 class CassandraWorkQueue:
-    """The work-queue half of :class:`.backend.CassandraStorage` (shares its connection)."""
+    """The work-queue rules on the partitions this process owns (the local
+    half of :class:`.owned.OwnedWorkQueue`)."""
 
-    def __init__(
-        self, config: CassandraSettings, max_ttl_micros: int, table: LeaseTable | None = None
-    ) -> None:
-        self.table = table or LeaseTable(config, max_ttl_micros)
+    def __init__(self, table: OwnedTable) -> None:
+        self.table = table
 
     # -- reserve ------------------------------------------------------------------
     def reserve(self, c: Connection, queue: QueueMeta, sub: str, ask: ReserveAsk) -> Reserved:
@@ -69,8 +63,7 @@ class CassandraWorkQueue:
         statuses: dict[str, ReceiptStatus] = dict.fromkeys(malformed, "unknown")
         for answers in change_partitions(self.table, c, queue, sub, groups, change).values():
             statuses.update(answers)
-        # Every receipt has its answer, but on an owned table, where a
-        # partition handed over meanwhile answers nothing (routed again).
+        # A partition handed over meanwhile answers nothing (routed again).
         return {r: statuses[r] for r in receipts if r in statuses}
 
     def ack(
@@ -192,10 +185,6 @@ class CassandraWorkQueue:
     def in_flight(self, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
         """See :func:`.workstats.in_flight`."""
         return count_in_flight(self.table, c, queue, sub, now)
-
-    def live_processes(self, connect: Callable[[], Connection]) -> int | None:
-        """Unknown: without owners, processes keep no membership."""
-        return None
 
 
 def receipt_groups(

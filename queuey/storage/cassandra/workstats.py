@@ -24,7 +24,7 @@ from __future__ import annotations
 from queuey.model import PartitionStats, QueueMeta, QueueStats, ReadQuery, SubscriptionStats
 from queuey.model.subscriptions import accepts
 from queuey.storage.cassandra.leases import CLAIMED, FINISHED, LEASED, RELEASED
-from queuey.storage.cassandra.leasetable import LeaseTable
+from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.reads import PartitionReader, ReadPlan, hidden
 from queuey.storage.cassandra.session import consistency_profile
 from queuey.storage.cassandra.statements import Connection
@@ -36,7 +36,7 @@ COUNT_PAGE = 5000
 
 
 def _reader(
-    table: LeaseTable,
+    table: OwnedTable,
     c: Connection,
     queue: QueueMeta,
     partition: int,
@@ -70,7 +70,7 @@ def _started(readers: list) -> list:
     return readers
 
 
-def queue_stats(table: LeaseTable, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
+def queue_stats(table: OwnedTable, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
     parts = queue.partition_numbers
     readers = _started([_reader(table, c, queue, p, 0, None, now, False) for p in parts])
     partitions = []
@@ -100,7 +100,7 @@ def queue_stats(table: LeaseTable, c: Connection, queue: QueueMeta, now: int) ->
 
 
 def _priorities(
-    table: LeaseTable, c: Connection, queue: QueueMeta, parts: list[int]
+    table: OwnedTable, c: Connection, queue: QueueMeta, parts: list[int]
 ) -> dict[int, list[int]]:
     futures = [
         c.session.execute_async(
@@ -118,7 +118,7 @@ def _priorities(
 
 
 def _subscription(
-    table: LeaseTable,
+    table: OwnedTable,
     c: Connection,
     queue: QueueMeta,
     sub: str,
@@ -174,7 +174,7 @@ def _subscription(
     return SubscriptionStats(sub, available, in_flight, delayed, dead, oldest)
 
 
-def in_flight(table: LeaseTable, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
+def in_flight(table: OwnedTable, c: Connection, queue: QueueMeta, sub: str, now: int) -> int:
     """Slots leased or claimed, lease not lapsed at ``now``, over every queue
     partition (see the module)."""
     states = table.read(c, queue, sub, queue.partition_numbers)

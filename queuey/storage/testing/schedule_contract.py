@@ -1,7 +1,6 @@
 """The schedule contract: storage of schedules and the ticks the service fires.
 
-A backend's test module mixes :class:`ScheduleContract` in beside
-:class:`~tests.storage.contract.StorageContract`; it needs the ``storage``
+:class:`ScheduleContract` needs the ``storage``
 fixture and the ``clock`` fixture (a ``ManualClock`` the storage was built
 with). The service (:class:`queuey.core.schedules.Schedules`) runs on the
 backend with the test's clock and no ticker thread: each test calls ``tick()``
