@@ -234,7 +234,19 @@ def stop(*, base_dir: Path | str | None = None, timeout: float = 30.0) -> bool:
     server = server_spec(base_dir=base_dir)
     server.directory.mkdir(parents=True, exist_ok=True)
     with process.file_lock(server.directory / "harness.lock"):
-        return process.stop_process(server.pidfile, timeout=timeout)
+        recorded = _recorded(server)
+        stopped = process.stop_process(server.pidfile, timeout=timeout)
+        if stopped:
+            # A JVM may show as dead while its threads still hold its socket
+            # (as Cassandra's stop waits too): a start at once would find the
+            # port taken "by a process we did not start".
+            process.wait_for(
+                lambda: not process.port_open(recorded.address, recorded.port, timeout=0.2),
+                timeout=timeout,
+                interval=0.05,
+                what=f"ZooKeeper's port {recorded.port} to close",
+            )
+        return stopped
 
 
 def status(port: int | None = None, *, base_dir: Path | str | None = None) -> ZooKeeperStatus:
