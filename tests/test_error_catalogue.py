@@ -27,7 +27,7 @@ from queuey.sqs import protocol
 from queuey.sqs.errors import KINDS, REFUSALS, SQSError, refusal
 from queuey.web.errors import refused
 from queuey.web.params import InvalidParameters, PayloadTooLarge
-from tests.sqs.signing import sign_at
+from tests.sqs.signing import sqs_json_call
 from tests.support import SQS_SECRET
 
 ROOT = Path(queuey.__file__).parent
@@ -249,20 +249,7 @@ def test_sqs_through_the_app(monkeypatch, make_app, sqlite_storage, wrap_app, te
     when = datetime.datetime.fromtimestamp(clock.now_micros() / 1e6, datetime.UTC)
 
     def sqs(action: str, **params):
-        prepared = sign_at(
-            when.replace(microsecond=0),
-            "http://localhost/",
-            test_apps.app,
-            SQS_SECRET,
-            body=json.dumps(params),
-            headers={
-                "X-Amz-Target": f"AmazonSQS.{action}",
-                "Content-Type": "application/x-amz-json-1.0",
-            },
-        )
-        headers = [("Host", "localhost")]
-        headers += [(k, v) for k, v in prepared.headers.items() if k != "Content-Length"]
-        return app.post("/", params=prepared.body, headers=headers, expect_errors=True)
+        return sqs_json_call(app, when, test_apps.app, SQS_SECRET, action, **params)
 
     def down(*args, **kwargs):
         raise StorageUnavailable("test: down", retry_after=7)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 
 import botocore.auth
 from botocore.auth import SigV4Auth, SigV4QueryAuth
@@ -50,3 +51,22 @@ def sign_at(
     finally:
         botocore.auth.datetime.datetime = saved
     return request.prepare()
+
+
+def sqs_json_call(app, when: datetime.datetime, key: str, secret: str, action: str, **params):
+    """``action`` with ``params`` in AWS JSON 1.0, signed at ``when`` and posted
+    to ``/`` of the webtest ``app``; the answer, whatever its status."""
+    prepared = sign_at(
+        when.replace(microsecond=0),
+        "http://localhost/",
+        key,
+        secret,
+        body=json.dumps(params),
+        headers={
+            "X-Amz-Target": f"AmazonSQS.{action}",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+    )
+    headers = [("Host", "localhost")]
+    headers += [(k, v) for k, v in prepared.headers.items() if k != "Content-Length"]
+    return app.post("/", params=prepared.body, headers=headers, expect_errors=True)

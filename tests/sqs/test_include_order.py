@@ -10,10 +10,8 @@ import json
 import pytest
 
 import queuey.app
-from tests.sqs.signing import sign_at
+from tests.sqs.signing import sqs_json_call
 from tests.support import SQS_SECRET
-
-JSON_TYPE = "application/x-amz-json-1.0"
 
 
 @pytest.mark.parametrize("order", ["as shipped", "reversed"])
@@ -26,17 +24,7 @@ def test_the_doors_work_in_any_order(
     when = datetime.datetime.fromtimestamp(clock.now_micros() / 1e6, datetime.UTC)
 
     def sqs(action: str, **params):
-        prepared = sign_at(
-            when.replace(microsecond=0),
-            "http://localhost/",
-            test_apps.app,
-            SQS_SECRET,
-            body=json.dumps(params),
-            headers={"X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": JSON_TYPE},
-        )
-        headers = [("Host", "localhost")]
-        headers += [(k, v) for k, v in prepared.headers.items() if k != "Content-Length"]
-        answer = app.post("/", params=prepared.body, headers=headers, expect_errors=True)
+        answer = sqs_json_call(app, when, test_apps.app, SQS_SECRET, action, **params)
         assert answer.status_int == 200, answer.body
         return json.loads(answer.body)
 
