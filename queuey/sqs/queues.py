@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from queuey.errors import QueueNotFound
 from queuey.model import QueueMeta
 from queuey.settings import REGION
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, refusal
 
 STANDARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 FIFO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
@@ -125,12 +126,10 @@ def _sqs_name(stored: str) -> str:
     return stored.rpartition(REGION_SEPARATOR)[2]
 
 
-def no_such_queue() -> SQSError:
-    return SQSError(
-        "QueueDoesNotExist",
-        "The specified queue does not exist.",
-        query_message="The specified queue does not exist for this wsdl version.",
-    )
+def no_such_queue(name: str = "") -> SQSError:
+    """SQS's answer for a queue that is not there (the catalogue's
+    ``queue_not_found``, :data:`queuey.sqs.errors.REFUSALS`)."""
+    return refusal(QueueNotFound(name))
 
 
 def tags_of(meta: QueueMeta) -> dict[str, str]:
