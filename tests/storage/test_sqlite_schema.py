@@ -191,3 +191,12 @@ def test_storages_creating_a_new_file_at_once_all_open(tmp_path, clock):
         assert schema_version({"queuey.sqlite.path": str(path)}) == (
             f"{SCHEMA_VERSION} of {SCHEMA_VERSION}"
         )
+
+
+def test_queuey_sqlite_path_in_the_environment_names_the_file(tmp_path, monkeypatch):
+    """As every key is overridden by its environment variable, named in the ini or not."""
+    chosen = tmp_path / "from-env.sqlite3"
+    monkeypatch.setenv("QUEUEY_SQLITE_PATH", str(chosen))
+    upgrade_schema({"queuey.storage.backend": "queuey.storage.sqlite"})
+    assert chosen.exists()
+    assert schema_version({}) == f"{SCHEMA_VERSION} of {SCHEMA_VERSION}"

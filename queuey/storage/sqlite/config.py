@@ -9,6 +9,7 @@ steps, and check a file without creating it.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,12 +35,18 @@ class SQLiteSettings:
     sweep_interval: float = setting("queuey.sqlite.sweep_interval", "60", minimum=0)
 
 
-#: The backend's keys.
-SQLITE = Table(SQLiteSettings)
+#: The backend's keys; ``QUEUEY_SQLITE_PATH`` and the like override them, as
+#: the server's own keys are (docs/configuration.rst), named in the ini or not.
+SQLITE = Table(SQLiteSettings, env_prefix="")
+
+
+def sqlite_settings(settings: Mapping[str, Any]) -> SQLiteSettings:
+    """The backend's settings from ``settings`` and the environment."""
+    return SQLITE.parse(settings, os.environ)
 
 
 def _path(settings: Mapping[str, Any]) -> str:
-    return SQLITE.parse(settings).path
+    return sqlite_settings(settings).path
 
 
 def upgrade_schema(settings: Mapping[str, Any]) -> list[str]:
@@ -69,7 +76,7 @@ def schema_version(settings: Mapping[str, Any]) -> str:
 def load_from_config(settings: Mapping[str, Any], clock: Clock) -> SQLiteStorage:
     """Build the backend from ini settings (:data:`SQLITE` and
     ``queuey.dedup_window``, :func:`queuey.settings.dedup_window`)."""
-    config: SQLiteSettings = SQLITE.parse(settings)
+    config = sqlite_settings(settings)
     return SQLiteStorage(
         config.path,
         clock,
