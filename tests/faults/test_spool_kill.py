@@ -5,9 +5,11 @@ rest, and the queue holds every acknowledged message exactly once.
 The node is the server as shipped (granian, 2 workers) on SQLite; it is
 stopped for 30 s while the producer (a process of its own,
 tests/faults/spool_producer.py) goes on posting 100,000 messages, then
-started again on the same port and database. Once every message is spooled
-and the sender is halfway through them, the producer is killed with
-``kill -9`` and started again with ``--drain-only``.
+started again on the same port and database. The first producer sends at
+most 1,500 messages a second, so however fast the box, the spool still holds
+messages (some stored but not yet marked sent) when, every message spooled
+and the sender halfway through them, the producer is killed with ``kill -9``
+and started again with ``--drain-only`` (unpaced).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.slow
 COUNT = 100_000
 PARTITIONS = 4
 OUTAGE = 30.0
+SEND_RATE = 1500  # messages a second from the first producer's sender
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -73,7 +76,7 @@ def test_spool_survives_an_outage_and_a_kill_mid_send(
     client.create_queue("spooled", partitions=PARTITIONS)
     spool, acked = tmp_path / "producer.spool", tmp_path / "acked.txt"
 
-    first = producers(node, test_apps.app, spool, acked)
+    first = producers(node, test_apps.app, spool, acked, "--send-rate", str(SEND_RATE))
     wait_until(lambda: sent(spool) >= 2000, 60, "the first sends", interval=0.2)
     node.stop()
     down = time.monotonic()
