@@ -180,6 +180,11 @@ CHANGEABLE_COLUMNS = (
 #: Every stored column, in :func:`from_row` order: the key, the changeable
 #: columns, then the two set once (``created``) or only by compare-and-set.
 COLUMNS = ("application", "name", *CHANGEABLE_COLUMNS, "created", "version")
+#: The pieces of both backends' statements (CQL and SQLite both mark a value
+#: ``?``): the column list, its value marks, and the ``SET`` of a change.
+SELECT_LIST = ", ".join(COLUMNS)
+VALUE_MARKS = ", ".join("?" for _ in COLUMNS)
+SET_CHANGEABLE = ", ".join(f"{column} = ?" for column in CHANGEABLE_COLUMNS)
 
 
 def changeable_values(s: Schedule) -> tuple:

@@ -50,6 +50,7 @@ from queuey.model import (
     Reserved,
 )
 from queuey.model.schedules import Schedule
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 
 
 class MetadataChanges(Protocol):
@@ -190,7 +191,8 @@ class Storage(abc.ABC):
         """Remove these messages; unknown ids are ignored."""
 
     # -- work queues ----------------------------------------------------------
-    @abc.abstractmethod
+    # reserve, release and extend state their arguments here only: each bundles
+    # them (queuey.storage.asks) and calls the backend's *_ask method.
     def reserve(
         self,
         queue: QueueMeta,
@@ -249,6 +251,14 @@ class Storage(abc.ABC):
         (Cassandra, whose partitions change independently) accepts and
         ignores it, and the core bounds the count per process instead.
         """
+        ask = ReserveAsk(
+            partitions, limit, visibility_timeout, now_micros, settled_micros, max_in_flight
+        )
+        return self.reserve_ask(queue, subscription, ask)
+
+    @abc.abstractmethod
+    def reserve_ask(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
+        """:meth:`reserve`, its arguments after the subscription in one value."""
 
     def in_flight(self, queue: QueueMeta, subscription: str, now_micros: int) -> int:
         """How many of the subscription's messages are leased (or claimed for
@@ -280,7 +290,6 @@ class Storage(abc.ABC):
         message this subscription never delivered. Also acks dead-letter claims.
         """
 
-    @abc.abstractmethod
     def release(
         self,
         queue: QueueMeta,
@@ -295,8 +304,14 @@ class Storage(abc.ABC):
         message's last error. A message whose attempt count reached
         ``queue.max_attempts`` is claimed for dead-lettering instead and
         returned. Statuses as for :meth:`ack` (``acked`` meaning released)."""
+        return self.release_ask(queue, subscription, ReleaseAsk(receipts, now_micros, delay, error))
 
     @abc.abstractmethod
+    def release_ask(
+        self, queue: QueueMeta, subscription: str, ask: ReleaseAsk
+    ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
+        """:meth:`release`, its arguments after the subscription in one value."""
+
     def extend(
         self,
         queue: QueueMeta,
@@ -308,6 +323,14 @@ class Storage(abc.ABC):
         """Make the leases end ``visibility_timeout`` seconds after ``now_micros``.
         A lease that ended but whose message was not leased again is revived.
         Statuses as for :meth:`ack` (``acked`` meaning extended)."""
+        ask = ExtendAsk(receipts, now_micros, visibility_timeout)
+        return self.extend_ask(queue, subscription, ask)
+
+    @abc.abstractmethod
+    def extend_ask(
+        self, queue: QueueMeta, subscription: str, ask: ExtendAsk
+    ) -> dict[str, ReceiptStatus]:
+        """:meth:`extend`, its arguments after the subscription in one value."""
 
     @abc.abstractmethod
     def reopen(

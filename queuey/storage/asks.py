@@ -1,9 +1,10 @@
 """What a work-queue call asks of a backend, as one value.
 
-A backend's public method (:meth:`queuey.storage.Storage.reserve` and the
-like) keeps the interface's keyword arguments; it bundles them here once and
-hands the bundle down its own layers, so the long argument lists are written
-in the interface only and a new argument reaches every layer by one field.
+:meth:`queuey.storage.Storage.reserve` (and ``release``, ``extend``) keeps
+the interface's keyword arguments; it bundles them here and hands the bundle
+to the backend's ``reserve_ask`` (``release_ask``, ``extend_ask``) and down
+its layers, so the long argument lists are written in the interface only and
+a new argument reaches every layer by one field.
 """
 
 from __future__ import annotations

@@ -308,24 +308,10 @@ class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
 
     # -- work queues (see .workqueue) -------------------------------------------
     @boundary("reserve")
-    def reserve(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        *,
-        partitions: Sequence[int],
-        limit: int,
-        visibility_timeout: int,
-        now_micros: int,
-        settled_micros: int,
-        max_in_flight: int = 0,
-    ) -> Reserved:
+    def reserve_ask(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
         """``max_in_flight`` travels with the ask but is not enforced (:mod:`.flow`)."""
-        if limit <= 0:
+        if ask.limit <= 0:
             return Reserved([], [])
-        ask = ReserveAsk(
-            partitions, limit, visibility_timeout, now_micros, settled_micros, max_in_flight
-        )
         return self._work.reserve(self._connection(), queue, subscription, ask)
 
     @boundary("ack")
@@ -335,28 +321,15 @@ class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
         return self._work.ack(self._connection(), queue, subscription, receipts, now_micros)
 
     @boundary("release")
-    def release(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        receipts: Sequence[str],
-        now_micros: int,
-        delay: int = 0,
-        error: str | None = None,
+    def release_ask(
+        self, queue: QueueMeta, subscription: str, ask: ReleaseAsk
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
-        ask = ReleaseAsk(receipts, now_micros, delay, error)
         return self._work.release(self._connection(), queue, subscription, ask)
 
     @boundary("extend")
-    def extend(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        receipts: Sequence[str],
-        now_micros: int,
-        visibility_timeout: int,
+    def extend_ask(
+        self, queue: QueueMeta, subscription: str, ask: ExtendAsk
     ) -> dict[str, ReceiptStatus]:
-        ask = ExtendAsk(receipts, now_micros, visibility_timeout)
         return self._work.extend(self._connection(), queue, subscription, ask)
 
     @boundary("reopen")

@@ -17,8 +17,9 @@ from cassandra.cluster import Session
 
 from queuey.errors import ScheduleExists, ScheduleNotFound
 from queuey.model.schedules import (
-    CHANGEABLE_COLUMNS,
-    COLUMNS,
+    SELECT_LIST,
+    SET_CHANGEABLE,
+    VALUE_MARKS,
     Schedule,
     changeable_values,
     from_row,
@@ -27,22 +28,22 @@ from queuey.model.schedules import (
 from queuey.storage.cassandra.session import P_META, boundary
 from queuey.storage.cassandra.statements import Connection
 
-_COLUMNS = ", ".join(COLUMNS)
-
 
 class _Statements:
     """The schedule statements, prepared once per session."""
 
     def __init__(self, session: Session, ks: str) -> None:
         p = session.prepare
-        marks = ", ".join("?" for _ in COLUMNS)
         self.session = session
-        self.insert = p(f"INSERT INTO {ks}.schedules ({_COLUMNS}) VALUES ({marks}) IF NOT EXISTS")
-        self.select = p(f"SELECT {_COLUMNS} FROM {ks}.schedules WHERE application = ? AND name = ?")
-        self.list = p(f"SELECT {_COLUMNS} FROM {ks}.schedules WHERE application = ?")
-        sets = ", ".join(f"{column} = ?" for column in CHANGEABLE_COLUMNS)
+        self.insert = p(
+            f"INSERT INTO {ks}.schedules ({SELECT_LIST}) VALUES ({VALUE_MARKS}) IF NOT EXISTS"
+        )
+        self.select = p(
+            f"SELECT {SELECT_LIST} FROM {ks}.schedules WHERE application = ? AND name = ?"
+        )
+        self.list = p(f"SELECT {SELECT_LIST} FROM {ks}.schedules WHERE application = ?")
         self.update = p(
-            f"UPDATE {ks}.schedules SET {sets}, version = ? "
+            f"UPDATE {ks}.schedules SET {SET_CHANGEABLE}, version = ? "
             "WHERE application = ? AND name = ? IF version = ?"
         )
         self.delete = p(f"DELETE FROM {ks}.schedules WHERE application = ? AND name = ? IF EXISTS")

@@ -234,24 +234,10 @@ class SQLiteStorage(Storage):
         return removed
 
     # -- work queues --------------------------------------------------------------
-    def reserve(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        *,
-        partitions: Sequence[int],
-        limit: int,
-        visibility_timeout: int,
-        now_micros: int,
-        settled_micros: int,
-        max_in_flight: int = 0,
-    ) -> Reserved:
-        """See :meth:`Storage.reserve`; ``settled_micros`` is not needed on SQLite
-        (:mod:`.reservation` says why) and ``max_in_flight`` is exact (checked
-        inside the write transaction)."""
-        ask = ReserveAsk(
-            partitions, limit, visibility_timeout, now_micros, settled_micros, max_in_flight
-        )
+    def reserve_ask(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
+        """``settled_micros`` is not needed on SQLite (:mod:`.reservation` says
+        why) and ``max_in_flight`` is exact (checked inside the write
+        transaction)."""
         return self._work.reserve(queue, subscription, ask)
 
     def in_flight(self, queue: QueueMeta, subscription: str, now_micros: int) -> int:
@@ -268,27 +254,14 @@ class SQLiteStorage(Storage):
     ) -> dict[str, ReceiptStatus]:
         return self._work.ack(queue, subscription, receipts, now_micros)
 
-    def release(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        receipts: Sequence[str],
-        now_micros: int,
-        delay: int = 0,
-        error: str | None = None,
+    def release_ask(
+        self, queue: QueueMeta, subscription: str, ask: ReleaseAsk
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
-        ask = ReleaseAsk(receipts, now_micros, delay, error)
         return self._work.release(queue, subscription, ask)
 
-    def extend(
-        self,
-        queue: QueueMeta,
-        subscription: str,
-        receipts: Sequence[str],
-        now_micros: int,
-        visibility_timeout: int,
+    def extend_ask(
+        self, queue: QueueMeta, subscription: str, ask: ExtendAsk
     ) -> dict[str, ReceiptStatus]:
-        ask = ExtendAsk(receipts, now_micros, visibility_timeout)
         return self._work.extend(queue, subscription, ask)
 
     def reopen(

@@ -12,8 +12,9 @@ from dataclasses import replace
 
 from queuey.errors import ScheduleExists, ScheduleNotFound
 from queuey.model.schedules import (
-    CHANGEABLE_COLUMNS,
-    COLUMNS,
+    SELECT_LIST,
+    SET_CHANGEABLE,
+    VALUE_MARKS,
     Schedule,
     changeable_values,
     from_row,
@@ -21,11 +22,9 @@ from queuey.model.schedules import (
 )
 from queuey.storage.sqlite.database import Database
 
-_COLUMNS = ", ".join(COLUMNS)
 _UPDATE = (
-    "UPDATE schedules SET "
-    + ", ".join(f"{column} = ?" for column in CHANGEABLE_COLUMNS)
-    + ", version = version + 1 WHERE application = ? AND name = ? AND version = ?"
+    f"UPDATE schedules SET {SET_CHANGEABLE}, version = version + 1 "
+    "WHERE application = ? AND name = ? AND version = ?"
 )
 
 
@@ -37,10 +36,10 @@ class SqliteSchedules:
 
     def create(self, schedule: Schedule) -> Schedule:
         stored = replace(schedule, version=1)
-        marks = ", ".join("?" for _ in COLUMNS)
         with self._db.write() as conn:
             added = conn.execute(
-                f"INSERT OR IGNORE INTO schedules ({_COLUMNS}) VALUES ({marks})", to_row(stored)
+                f"INSERT OR IGNORE INTO schedules ({SELECT_LIST}) VALUES ({VALUE_MARKS})",
+                to_row(stored),
             ).rowcount
         if added != 1:
             raise ScheduleExists(schedule.name)
@@ -51,7 +50,7 @@ class SqliteSchedules:
             row = (
                 self._db.reader()
                 .execute(
-                    f"SELECT {_COLUMNS} FROM schedules WHERE application = ? AND name = ?",
+                    f"SELECT {SELECT_LIST} FROM schedules WHERE application = ? AND name = ?",
                     (application, name),
                 )
                 .fetchone()
@@ -65,7 +64,7 @@ class SqliteSchedules:
     def list(self, application: str) -> list[Schedule]:
         def run() -> list[Schedule]:
             rows = self._db.reader().execute(
-                f"SELECT {_COLUMNS} FROM schedules WHERE application = ? ORDER BY name",
+                f"SELECT {SELECT_LIST} FROM schedules WHERE application = ? ORDER BY name",
                 (application,),
             )
             return [from_row(row) for row in rows]
