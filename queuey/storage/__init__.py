@@ -50,7 +50,7 @@ from queuey.model import (
     Reserved,
 )
 from queuey.model.schedules import Schedule
-from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
+from queuey.storage.asks import ExtendAsk, QueueChange, ReleaseAsk, ReserveAsk
 
 
 class MetadataChanges(Protocol):
@@ -97,7 +97,6 @@ class Storage(abc.ABC):
     ) -> list[QueueMeta]:
         """The application's queues ordered by name, starting after ``after``."""
 
-    @abc.abstractmethod
     def update_queue(
         self,
         application: str,
@@ -126,6 +125,13 @@ class Storage(abc.ABC):
         Raises ``QueueNotFound``, or ``InvalidUpdate`` when partitions would
         shrink or another field is named.
         """
+        change = QueueChange(changes, attributes_set, attributes_removed, attributes_if)
+        return self.update_queue_ask(application, name, change)
+
+    @abc.abstractmethod
+    def update_queue_ask(self, application: str, name: str, change: QueueChange) -> QueueMeta:
+        """:meth:`update_queue`, its arguments after the name in one value:
+        ``change.apply`` to the row read inside the backend's atomic write."""
 
     @abc.abstractmethod
     def delete_queue(self, application: str, name: str) -> None:

@@ -37,7 +37,7 @@ from queuey.model import (
 )
 from queuey.settings import dedup_window
 from queuey.storage import Storage
-from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
+from queuey.storage.asks import ExtendAsk, QueueChange, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra import queues
 from queuey.storage.cassandra.counters import counter_of
 from queuey.storage.cassandra.inflight import CassandraFlow
@@ -206,25 +206,8 @@ class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
         return queues.list_rows(self._connection(), application, limit, after)
 
     @boundary("update queue")
-    def update_queue(
-        self,
-        application: str,
-        name: str,
-        *,
-        attributes_set: Mapping[str, str] | None = None,
-        attributes_removed: Sequence[str] = (),
-        attributes_if: Mapping[str, str | None] | None = None,
-        **changes: Any,
-    ) -> QueueMeta:
-        return queues.update(
-            self._connection(),
-            application,
-            name,
-            changes,
-            attributes_set=attributes_set,
-            attributes_removed=attributes_removed,
-            attributes_if=attributes_if,
-        )
+    def update_queue_ask(self, application: str, name: str, change: QueueChange) -> QueueMeta:
+        return queues.update(self._connection(), application, name, change)
 
     @boundary("delete queue")
     def delete_queue(self, application: str, name: str) -> None:

@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import astuple, replace
 from typing import Any
 
-from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound, StorageUnavailable
-from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta, merge_attributes
+from queuey.errors import QueueExists, QueueNotFound, StorageUnavailable
+from queuey.model import QueueMeta
+from queuey.storage.asks import QueueChange
 from queuey.storage.cassandra.session import P_META
 from queuey.storage.cassandra.statements import Connection
 
@@ -110,36 +111,10 @@ def _compare_and_set(
     raise StorageUnavailable(f"cassandra: {what}: too much contention")
 
 
-def update(
-    c: Connection,
-    application: str,
-    name: str,
-    changes: Mapping[str, Any],
-    *,
-    attributes_set: Mapping[str, str] | None = None,
-    attributes_removed: Sequence[str] = (),
-    attributes_if: Mapping[str, str | None] | None = None,
-) -> QueueMeta:
+def update(c: Connection, application: str, name: str, change: QueueChange) -> QueueMeta:
     """Change the row; attribute keys are merged into the row as read, and the
     lightweight transaction's condition (the whole row as read) makes the merge
     atomic: a concurrent change of another key makes this one read again."""
-    unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
-    if unknown:
-        raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
-    changes = {key: value for key, value in changes.items() if value is not None}
-
-    def change(cur: QueueMeta) -> QueueMeta:
-        attributes = merge_attributes(
-            cur.attributes,
-            changes.get("attributes"),
-            attributes_set,
-            attributes_removed,
-            attributes_if,
-        )
-        new = replace(cur, **{**changes, "attributes": attributes})
-        if new.partitions < cur.partitions:
-            raise InvalidUpdate(f"partitions can only grow ({cur.partitions} -> {new.partitions})")
-        return new
 
     def execute(row: Sequence[Any], new: QueueMeta) -> list:
         fresh = values(new)
@@ -158,7 +133,7 @@ def update(
             execution_profile=P_META,
         ).all()
 
-    return _compare_and_set(c, application, name, "update queue", change, execute)
+    return _compare_and_set(c, application, name, "update queue", change.apply, execute)
 
 
 def delete(c: Connection, application: str, name: str) -> None:

@@ -16,15 +16,8 @@ from dataclasses import replace
 from cassandra.cluster import Session
 
 from queuey.errors import ScheduleExists, ScheduleNotFound
-from queuey.model.schedules import (
-    SELECT_LIST,
-    SET_CHANGEABLE,
-    VALUE_MARKS,
-    Schedule,
-    changeable_values,
-    from_row,
-    to_row,
-)
+from queuey.model import schedules as columns
+from queuey.model.schedules import Schedule
 from queuey.storage.cassandra.session import P_META, boundary
 from queuey.storage.cassandra.statements import Connection
 
@@ -36,14 +29,15 @@ class _Statements:
         p = session.prepare
         self.session = session
         self.insert = p(
-            f"INSERT INTO {ks}.schedules ({SELECT_LIST}) VALUES ({VALUE_MARKS}) IF NOT EXISTS"
+            f"INSERT INTO {ks}.schedules ({columns.SELECT_LIST}) "
+            f"VALUES ({columns.VALUE_MARKS}) IF NOT EXISTS"
         )
         self.select = p(
-            f"SELECT {SELECT_LIST} FROM {ks}.schedules WHERE application = ? AND name = ?"
+            f"SELECT {columns.SELECT_LIST} FROM {ks}.schedules WHERE application = ? AND name = ?"
         )
-        self.list = p(f"SELECT {SELECT_LIST} FROM {ks}.schedules WHERE application = ?")
+        self.list = p(f"SELECT {columns.SELECT_LIST} FROM {ks}.schedules WHERE application = ?")
         self.update = p(
-            f"UPDATE {ks}.schedules SET {SET_CHANGEABLE}, version = ? "
+            f"UPDATE {ks}.schedules SET {columns.SET_CHANGEABLE}, version = ? "
             "WHERE application = ? AND name = ? IF version = ?"
         )
         self.delete = p(f"DELETE FROM {ks}.schedules WHERE application = ? AND name = ? IF EXISTS")
@@ -72,7 +66,7 @@ class CassandraSchedules:
     def create_schedule(self, schedule: Schedule) -> Schedule:
         session, st = self._schedules()
         stored = replace(schedule, version=1)
-        row = session.execute(st.insert, to_row(stored), execution_profile=P_META).one()
+        row = session.execute(st.insert, columns.to_row(stored), execution_profile=P_META).one()
         if not row[0]:
             raise ScheduleExists(schedule.name)
         return stored
@@ -83,19 +77,24 @@ class CassandraSchedules:
         row = session.execute(st.select, (application, name), execution_profile=P_META).one()
         if row is None:
             raise ScheduleNotFound(name)
-        return from_row(row)
+        return columns.from_row(row)
 
     @boundary("list schedules")
     def list_schedules(self, application: str) -> list[Schedule]:
         session, st = self._schedules()
         rows = session.execute(st.list, (application,), execution_profile=P_META)
-        return [from_row(row) for row in rows]
+        return [columns.from_row(row) for row in rows]
 
     @boundary("update schedule")
     def update_schedule(self, schedule: Schedule) -> Schedule | None:
         session, st = self._schedules()
         version = schedule.version + 1
-        values = (*changeable_values(schedule), version, schedule.application, schedule.name)
+        values = (
+            *columns.changeable_values(schedule),
+            version,
+            schedule.application,
+            schedule.name,
+        )
         row = session.execute(
             st.update, (*values, schedule.version), execution_profile=P_META
         ).one()

@@ -15,7 +15,6 @@ import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from queuey import ids
 from queuey.clock import Clock
@@ -33,7 +32,7 @@ from queuey.model import (
 )
 from queuey.model.schedules import Schedule
 from queuey.storage import Storage
-from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
+from queuey.storage.asks import ExtendAsk, QueueChange, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite.batches import BatchDeleter
 from queuey.storage.sqlite.checkpoints import read_checkpoints, write_checkpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
@@ -143,24 +142,8 @@ class SQLiteStorage(Storage):
     ) -> list[QueueMeta]:
         return self._queues.list(application, limit, after)
 
-    def update_queue(
-        self,
-        application: str,
-        name: str,
-        *,
-        attributes_set: Mapping[str, str] | None = None,
-        attributes_removed: Sequence[str] = (),
-        attributes_if: Mapping[str, str | None] | None = None,
-        **changes: Any,
-    ) -> QueueMeta:
-        return self._queues.update(
-            application,
-            name,
-            attributes_set=attributes_set,
-            attributes_removed=attributes_removed,
-            attributes_if=attributes_if,
-            changes=changes,
-        )
+    def update_queue_ask(self, application: str, name: str, change: QueueChange) -> QueueMeta:
+        return self._queues.update(application, name, change)
 
     def delete_queue(self, application: str, name: str) -> None:
         """Remove the queue at once; its rows go afterwards, in batches (see the class)."""

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from queuey.clock import Clock
-from queuey.errors import InvalidUpdate, QueueExists, QueueNotFound
-from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta, merge_attributes
+from queuey.errors import QueueExists, QueueNotFound
+from queuey.model import QueueMeta
+from queuey.storage.asks import QueueChange
 from queuey.storage.sqlite.batches import retire
 from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.schema import QUEUE_COLUMNS, queue_row, row_to_queue
@@ -67,33 +66,10 @@ class QueueCatalog:
 
         return self._db.run(query)
 
-    def update(
-        self,
-        application: str,
-        name: str,
-        *,
-        attributes_set: Mapping[str, str] | None,
-        attributes_removed: Sequence[str],
-        attributes_if: Mapping[str, str | None] | None,
-        changes: Mapping[str, Any],
-    ) -> QueueMeta:
+    def update(self, application: str, name: str, change: QueueChange) -> QueueMeta:
         """See :meth:`Storage.update_queue`: one transaction reads, checks and writes."""
-        unknown = set(changes) - set(UPDATABLE_QUEUE_FIELDS)
-        if unknown:
-            raise InvalidUpdate(f"cannot change {', '.join(sorted(unknown))}")
         with self._db.write() as conn:
-            meta = fetch_queue(conn, application, name)
-            if changes.get("partitions") is not None and changes["partitions"] < meta.partitions:
-                raise InvalidUpdate("partitions may only grow")
-            attributes = merge_attributes(
-                meta.attributes,
-                changes.get("attributes"),
-                attributes_set,
-                attributes_removed,
-                attributes_if,
-            )
-            given = {k: v for k, v in changes.items() if v is not None}
-            meta = replace(meta, **{**given, "attributes": attributes})
+            meta = change.apply(fetch_queue(conn, application, name))
             conn.execute(
                 "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
                 "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "

@@ -11,19 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from queuey.errors import ScheduleExists, ScheduleNotFound
-from queuey.model.schedules import (
-    SELECT_LIST,
-    SET_CHANGEABLE,
-    VALUE_MARKS,
-    Schedule,
-    changeable_values,
-    from_row,
-    to_row,
-)
+from queuey.model import schedules as columns
+from queuey.model.schedules import Schedule
 from queuey.storage.sqlite.database import Database
 
 _UPDATE = (
-    f"UPDATE schedules SET {SET_CHANGEABLE}, version = version + 1 "
+    f"UPDATE schedules SET {columns.SET_CHANGEABLE}, version = version + 1 "
     "WHERE application = ? AND name = ? AND version = ?"
 )
 
@@ -38,8 +31,9 @@ class SqliteSchedules:
         stored = replace(schedule, version=1)
         with self._db.write() as conn:
             added = conn.execute(
-                f"INSERT OR IGNORE INTO schedules ({SELECT_LIST}) VALUES ({VALUE_MARKS})",
-                to_row(stored),
+                f"INSERT OR IGNORE INTO schedules ({columns.SELECT_LIST}) "
+                f"VALUES ({columns.VALUE_MARKS})",
+                columns.to_row(stored),
             ).rowcount
         if added != 1:
             raise ScheduleExists(schedule.name)
@@ -50,31 +44,32 @@ class SqliteSchedules:
             row = (
                 self._db.reader()
                 .execute(
-                    f"SELECT {SELECT_LIST} FROM schedules WHERE application = ? AND name = ?",
+                    f"SELECT {columns.SELECT_LIST} FROM schedules "
+                    "WHERE application = ? AND name = ?",
                     (application, name),
                 )
                 .fetchone()
             )
             if row is None:
                 raise ScheduleNotFound(name)
-            return from_row(row)
+            return columns.from_row(row)
 
         return self._db.run(run)
 
     def list(self, application: str) -> list[Schedule]:
         def run() -> list[Schedule]:
             rows = self._db.reader().execute(
-                f"SELECT {SELECT_LIST} FROM schedules WHERE application = ? ORDER BY name",
+                f"SELECT {columns.SELECT_LIST} FROM schedules WHERE application = ? ORDER BY name",
                 (application,),
             )
-            return [from_row(row) for row in rows]
+            return [columns.from_row(row) for row in rows]
 
         return self._db.run(run)
 
     def update(self, schedule: Schedule) -> Schedule | None:
         with self._db.write() as conn:
             key = (schedule.application, schedule.name, schedule.version)
-            changed = conn.execute(_UPDATE, (*changeable_values(schedule), *key)).rowcount
+            changed = conn.execute(_UPDATE, (*columns.changeable_values(schedule), *key)).rowcount
         return replace(schedule, version=schedule.version + 1) if changed == 1 else None
 
     def delete(self, application: str, name: str) -> None:
