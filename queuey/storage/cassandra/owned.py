@@ -159,7 +159,7 @@ class OwnedWorkQueue:
             sub,
             receipts,
             lambda mine: self.local.ack(c, queue, sub, mine, now),
-            lambda mine: ("ack", {"receipts": list(mine), "now": now}),
+            lambda mine: ("ack", {"receipts": wire.encode_receipts(mine), "now": now}),
         )
 
     def extend(
@@ -190,7 +190,7 @@ class OwnedWorkQueue:
 
         def decode(answer: dict) -> dict[str, ReceiptStatus]:
             dead.extend(wire.decode_dead_letters(answer["dead"]))
-            return answer["statuses"]
+            return wire.decode_statuses(answer["statuses"])
 
         statuses = self._statuses(queue, sub, ask.receipts, local, remote, decode)
         return statuses, dead
@@ -263,7 +263,7 @@ class OwnedWorkQueue:
         receipts: Sequence[str],
         local: Callable[[list[str]], dict[str, ReceiptStatus]],
         remote: Callable[[list[str]], tuple[str, dict]],
-        decode: Callable[[Any], dict[str, ReceiptStatus]] = lambda answer: answer,
+        decode: Callable[[Any], dict[str, ReceiptStatus]] = wire.decode_statuses,
     ) -> dict[str, ReceiptStatus]:
         """Answer receipts by partition: here for the partitions owned here
         (or taken now), forwarded for the others."""
@@ -331,18 +331,21 @@ class OwnedWorkQueue:
             self._owns_all(queue, sub, {r.partition for r in refs})
             return {"count": self.local.reopen(c, queue, sub, refs, int(args["now"]))}
         if op == "ack":
-            receipts = [str(r) for r in args["receipts"]]
+            receipts = wire.decode_receipts(args["receipts"])
             self._owns_receipts(queue, sub, receipts)
-            return self.local.ack(c, queue, sub, receipts, int(args["now"]))
+            return wire.encode_statuses(self.local.ack(c, queue, sub, receipts, int(args["now"])))
         if op == "extend":
             ask = wire.decode_extend_ask(args["ask"])
             self._owns_receipts(queue, sub, ask.receipts)
-            return self.local.extend(c, queue, sub, ask)
+            return wire.encode_statuses(self.local.extend(c, queue, sub, ask))
         if op == "release":
             ask = wire.decode_release_ask(args["ask"])
             self._owns_receipts(queue, sub, ask.receipts)
             statuses, dead = self.local.release(c, queue, sub, ask)
-            return {"statuses": statuses, "dead": wire.encode_dead_letters(dead)}
+            return {
+                "statuses": wire.encode_statuses(statuses),
+                "dead": wire.encode_dead_letters(dead),
+            }
         raise ValueError(f"unknown peer call {op!r}")
 
     def _ask_handoff(self, address: str, key: tuple[str, str, int]) -> bool:
