@@ -16,10 +16,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
 from queuey.cli.errors import CommandError
-from queuey.cli.output import stdout_console
+from queuey.cli.output import print_table
 from queuey.cli.remote import connection_parent
 from queuey.cli.schedules import client_of
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
@@ -49,21 +47,16 @@ def option(field: FlowField) -> str:
     return "--" + field.name.replace("_", "-")
 
 
-def limit(value: float, unit: str = "") -> str:
-    """``-`` for no limit, else the value (``10/s``, ``1,000``)."""
-    if not value:
-        return "-"
-    shown = f"{value:,g}" if isinstance(value, float) else f"{value:,}"
-    return f"{shown}{unit}"
-
-
 def shown(field: FlowField, value: Any) -> str:
-    """A setting's value as the command prints it."""
+    """A setting's value as the command prints it: ``on`` or ``off``, the
+    choice, ``-`` for no limit, else the limit (``10/s``, ``1,000``)."""
     if field.kind == "flag":
         return "on" if value else "off"
     if field.kind == "choice":
         return str(value)
-    return limit(value, field.unit)
+    if not value:
+        return "-"
+    return (f"{value:,g}" if isinstance(value, float) else f"{value:,}") + field.unit
 
 
 def queue_lines(name: str, flow: QueueFlow) -> list[str]:
@@ -83,15 +76,12 @@ def print_flow(name: str, info: FlowInfo) -> None:
     if not info.subscriptions:
         print("subscriptions: no flow settings (every one delivers without limit)")
         return
-    table = Table(box=None, pad_edge=False)
-    table.add_column("subscription")
-    table.add_column("state")
-    for field in limits_of("subscription"):
-        table.add_column(field.title.lower(), justify="right")
-    for sub, flow in sorted(info.subscriptions.items()):
-        values = [shown(f, v) for f, v in flow.settings() if not f.switch]
-        table.add_row(sub, subscription_state(flow), *values)
-    stdout_console().print(table)
+    limits = [field.title.lower() for field in limits_of("subscription")]
+    rows = [
+        (sub, subscription_state(flow), *(shown(f, v) for f, v in flow.settings() if not f.switch))
+        for sub, flow in sorted(info.subscriptions.items())
+    ]
+    print_table(("subscription", "state", *limits), rows, right=limits)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -109,15 +99,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    pausing = args.action == "pause"
     with client_of(args) as client:
-        change = client.pause if pausing else client.resume
-        change(args.queue, args.subscription)
-    done = "paused" if pausing else "resumed"
+        getattr(client, args.action)(args.queue, args.subscription)  # pause or resume
     if args.subscription is None:
-        print(f"{done} posting to queue {args.queue}")
+        print(f"{args.action}d posting to queue {args.queue}")
     else:
-        print(f"{done} subscription {args.subscription} of queue {args.queue}")
+        print(f"{args.action}d subscription {args.subscription} of queue {args.queue}")
     return 0
 
 
@@ -143,18 +130,14 @@ def cmd_set(args: argparse.Namespace) -> int:
     with client_of(args) as client:
         if args.subscription is None:
             info = client.set_queue_flow(args.queue, **fields)
-        else:
-            flow = client.set_subscription_flow(args.queue, args.subscription, **fields)
-            info = FlowInfo(subscriptions={args.subscription: flow})
-    if args.subscription is None:
-        print("\n".join(queue_lines(args.queue, info.queue)))
-    else:
-        flow = info.subscription(args.subscription)
-        values = [f"{f.title.lower()} {shown(f, v)}" for f, v in flow.settings() if not f.switch]
-        print(
-            f"subscription {args.subscription} of queue {args.queue}: "
-            + ", ".join([subscription_state(flow), *values])
-        )
+            print("\n".join(queue_lines(args.queue, info.queue)))
+            return 0
+        flow = client.set_subscription_flow(args.queue, args.subscription, **fields)
+    values = [f"{f.title.lower()} {shown(f, v)}" for f, v in flow.settings() if not f.switch]
+    print(
+        f"subscription {args.subscription} of queue {args.queue}: "
+        + ", ".join([subscription_state(flow), *values])
+    )
     return 0
 
 

@@ -17,18 +17,18 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 from zoneinfo import ZoneInfo
-
-from rich.table import Table
 
 from queuey.cli.arguments import positive
 from queuey.cli.errors import CommandError
-from queuey.cli.output import stdout_console
+from queuey.cli.output import print_table
 from queuey.cli.remote import connect, connection_parent
 from queuey.client.errors import BadRequest, Conflict, NotFound
 from queuey.client.http import QueueyClient
+from queuey.client.models import given
 from queuey.core import cron
+from queuey.wire import ScheduleInfo
 
 #: The message template's options: flag, field of ``message``.
 MESSAGE_OPTIONS = ("partition", "partition_key", "ttl", "priority", "delay")
@@ -63,53 +63,37 @@ def local_time(epoch: int | None, zone: str) -> str:
     return datetime.fromtimestamp(epoch, zone_info(zone)).isoformat()
 
 
-def when_text(schedule: dict) -> str:
-    if schedule.get("cron"):
-        return schedule["cron"]
-    return f"every {schedule.get('interval')} s"
+def when_text(schedule: ScheduleInfo) -> str:
+    return schedule.cron or f"every {schedule.interval} s"
 
 
-def state_text(schedule: dict) -> str:
-    """``active``, ``paused``, ``stopped`` (by the service: its ``error`` says why) or ``ended``."""
-    return str(schedule.get("state", "-"))
-
-
-def summary(schedule: dict) -> str:
-    zone = schedule.get("timezone", "UTC")
+def summary(s: ScheduleInfo) -> str:
+    """The schedule in one line; its ``state`` is ``active``, ``paused``,
+    ``stopped`` (by the service: its ``error`` says why) or ``ended``."""
     return (
-        f"{schedule['name']} -> {schedule['queue']}, {when_text(schedule)} ({zone}), "
-        f"{state_text(schedule)}, next tick {local_time(schedule.get('next_tick'), zone)}"
-        + (f" ({schedule['error']})" if schedule.get("error") else "")
+        f"{s.name} -> {s.queue}, {when_text(s)} ({s.timezone}), "
+        f"{s.state}, next tick {local_time(s.next_tick, s.timezone)}"
+        + (f" ({s.error})" if s.error else "")
     )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with client_of(args) as client:
-        schedules = [s.model_dump() for s in client.list_schedules()]
+        schedules = client.list_schedules()
     if args.json:
-        print(json.dumps(schedules, indent=2, ensure_ascii=False))
+        print(json.dumps([s.model_dump() for s in schedules], indent=2, ensure_ascii=False))
         return 0
     if not schedules:
         print("(no schedules)")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for title in ("name", "queue", "when", "timezone", "next tick", "last tick"):
-        table.add_column(title)
-    table.add_column("posted", justify="right")
-    table.add_column("state")
-    for s in schedules:
-        zone = s.get("timezone", "UTC")
-        table.add_row(
-            s["name"],
-            s["queue"],
-            when_text(s),
-            zone,
-            local_time(s.get("next_tick"), zone),
-            local_time(s.get("last_tick"), zone),
-            str(s.get("posted", 0)),
-            state_text(s),
-        )
-    stdout_console().print(table)
+    titles = ("name", "queue", "when", "timezone", "next tick", "last tick", "posted", "state")
+    rows = [
+        (s.name, s.queue, when_text(s), s.timezone)
+        + tuple(local_time(tick, s.timezone) for tick in (s.next_tick, s.last_tick))
+        + (str(s.posted), s.state)
+        for s in schedules
+    ]
+    print_table(titles, rows, right=("posted",))
     return 0
 
 
@@ -130,32 +114,28 @@ def instant(text: str, option: str, zone: str) -> int:
 
 def create_body(args: argparse.Namespace) -> dict:
     """The ``POST /schedules`` body the options give (absent options: the service's defaults)."""
-    message: dict[str, Any] = {"body": json_option(args.body, "--body")}
-    for name in MESSAGE_OPTIONS:
-        if getattr(args, name) is not None:
-            message[name] = getattr(args, name)
+    message = {
+        "body": json_option(args.body, "--body"),
+        **given(**{name: getattr(args, name) for name in MESSAGE_OPTIONS}),
+    }
     if args.attributes is not None:
         message["attributes"] = json_option(args.attributes, "--attributes")
-    body: dict[str, Any] = {"name": args.name, "queue": args.queue, "message": message}
     zone = args.timezone or "UTC"
-    for name, value in (
-        ("cron", args.cron),
-        ("interval", args.every),
-        ("timezone", args.timezone),
-        ("start", None if args.start is None else instant(args.start, "--start", zone)),
-        ("end", None if args.end is None else instant(args.end, "--end", zone)),
-        ("missed", args.missed),
-    ):
-        if value is not None:
-            body[name] = value
-    return body
+    return {"name": args.name, "queue": args.queue, "message": message} | given(
+        cron=args.cron,
+        interval=args.every,
+        timezone=args.timezone,
+        start=None if args.start is None else instant(args.start, "--start", zone),
+        end=None if args.end is None else instant(args.end, "--end", zone),
+        missed=args.missed,
+    )
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     body = create_body(args)
     with client_of(args) as client:
         made = client.create_schedule(body)
-    print("created " + summary(made.model_dump()))
+    print("created " + summary(made))
     return 0
 
 
@@ -165,9 +145,8 @@ def cmd_change(args: argparse.Namespace) -> int:
             client.delete_schedule(args.name)
             print(f"deleted schedule {args.name}")
             return 0
-        change = client.pause_schedule if args.action == "pause" else client.resume_schedule
-        changed = change(args.name)
-    print(f"{args.action}d " + summary(changed.model_dump()))
+        changed = getattr(client, f"{args.action}_schedule")(args.name)
+    print(f"{args.action}d " + summary(changed))
     return 0
 
 
@@ -197,7 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     create.add_argument(
         "--missed",
-        choices=("latest", "all"),
+        choices=get_args(ScheduleInfo.model_fields["missed"].annotation),
         help="ticks missed while no node ran: post the latest once (default) or all",
     )
     create.add_argument("--body", required=True, metavar="JSON", help="the message's body")
