@@ -18,7 +18,7 @@ from typing import Any
 
 from queuey.cli.errors import CommandError
 from queuey.cli.output import print_table
-from queuey.cli.remote import connection_parent
+from queuey.cli.remote import remote_command
 from queuey.cli.schedules import client_of
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
 from queuey.model.flow import limits_of
@@ -156,30 +156,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "flow", help="show, pause, resume or limit a queue's posts and its subscriptions"
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    connection = connection_parent()
 
-    show = actions.add_parser(
-        "show", help="the queue's and its subscriptions' flow settings", parents=[connection]
-    )
-    show.add_argument("queue", metavar="QUEUE")
+    text = "the queue's and its subscriptions' flow settings"
+    show = remote_command(actions, "show", text, cmd_show)
     show.add_argument("--json", action="store_true", help="JSON instead of text")
-    show.set_defaults(func=cmd_show)
 
     for action, text in (
         ("pause", "refuse posts (503), or with --subscription hand out nothing"),
         ("resume", "lift a pause of the queue's posts or of a subscription"),
     ):
-        verb = actions.add_parser(action, help=text, parents=[connection])
-        verb.add_argument("queue", metavar="QUEUE")
+        verb = remote_command(actions, action, text, cmd_pause)
         verb.add_argument("--subscription", metavar="S", help="the subscription's deliveries")
-        verb.set_defaults(func=cmd_pause)
 
-    change = actions.add_parser(
-        "set",
-        help="change flow limits (those given; 0 turns one off)",
-        parents=[connection],
-    )
-    change.add_argument("queue", metavar="QUEUE")
+    text = "change flow limits (those given; 0 turns one off)"
+    change = remote_command(actions, "set", text, cmd_set)
     change.add_argument("--subscription", metavar="S", help="change this subscription's limits")
     added: set[str] = set()
     for resource, title in (
@@ -191,4 +181,3 @@ def register(sub: argparse._SubParsersAction) -> None:
             if field.name not in added:  # a name both levels have is one option
                 add_option(group, field)
                 added.add(field.name)
-    change.set_defaults(func=cmd_set)

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 from queuey.cli.arguments import positive
 from queuey.cli.errors import CommandError
 from queuey.cli.output import print_table
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.remote import connect, remote_command
 from queuey.client.errors import BadRequest, Conflict, NotFound
 from queuey.client.http import QueueyClient
 from queuey.client.models import given
@@ -153,15 +153,12 @@ def cmd_change(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("schedules", help="list, create, pause, resume or delete schedules")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    connection = connection_parent()
 
-    listing = actions.add_parser("list", help="the application's schedules", parents=[connection])
+    listing = remote_command(actions, "list", "the application's schedules", cmd_list, None)
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    listing.set_defaults(func=cmd_list)
 
-    create = actions.add_parser(
-        "create", help="post a message to a queue on a schedule", parents=[connection]
-    )
+    text = "post a message to a queue on a schedule"
+    create = remote_command(actions, "create", text, cmd_create, None)
     create.add_argument("name", metavar="NAME", help="1-64 letters, digits, '_' or '-'")
     create.add_argument("--queue", required=True, metavar="Q", help="the queue to post to")
     when = create.add_mutually_exclusive_group(required=True)
@@ -186,13 +183,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--priority", type=int, metavar="N", help="0-9")
     create.add_argument("--delay", type=int, metavar="SECONDS", help="delay each message")
     create.add_argument("--ttl", type=int, metavar="SECONDS", help="default: the queue's")
-    create.set_defaults(func=cmd_create)
 
     for action, text in (
         ("pause", "stop posting until resumed"),
         ("resume", "post again from the next tick (missed ticks are not posted)"),
         ("delete", "delete the schedule (the messages it posted stay)"),
     ):
-        verb = actions.add_parser(action, help=text, parents=[connection])
-        verb.add_argument("name", metavar="NAME")
-        verb.set_defaults(func=cmd_change)
+        remote_command(actions, action, text, cmd_change, None).add_argument("name", metavar="NAME")

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from queuey.cli.output import print_table
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.remote import connect, remote_command
 from queuey.client.http import QueueyClient
 from queuey.client.models import QueueStats
 
@@ -72,9 +72,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "stats", help="counts of the application's queues", parents=[connection_parent()]
-    )
+    parser = remote_command(sub, "stats", "counts of the application's queues", cmd_stats, None)
     parser.add_argument("queues", nargs="*", metavar="QUEUE", help="default: every queue")
     parser.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    parser.set_defaults(func=cmd_stats)

@@ -35,7 +35,7 @@ from queuey.cli.arguments import at_most, positive
 from queuey.cli.errors import CommandError
 from queuey.cli.output import progress_bar
 from queuey.cli.records import BadLine, Record, cut_partial_line, decode, encode
-from queuey.cli.remote import connect, connection_parent, describe
+from queuey.cli.remote import connect, describe, remote_command
 from queuey.client.errors import BadRequest, ClientError
 from queuey.client.http import QueueyClient
 from queuey.limits import MAX_READ
@@ -296,10 +296,7 @@ def _seek_to(f: BinaryIO, state: ImportProgress, source: Path) -> None:
 
 # -- the parsers ----------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    export = sub.add_parser(
-        "export", help="write a queue's messages as JSON lines", parents=[connection_parent()]
-    )
-    export.add_argument("queue", metavar="QUEUE")
+    export = remote_command(sub, "export", "write a queue's messages as JSON lines", cmd_export)
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="'-' for stdout")
     export.add_argument(
         "--resume", action="store_true", help="go on with a cut export of FILE instead of a new one"
@@ -308,12 +305,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--partition", type=positive, action="append", metavar="P", help="only these partitions"
     )
     export.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    export.set_defaults(func=cmd_export)
 
-    imp = sub.add_parser(
-        "import", help="post JSON lines (from export) to a queue", parents=[connection_parent()]
-    )
-    imp.add_argument("queue", metavar="QUEUE")
+    imp = remote_command(sub, "import", "post JSON lines (from export) to a queue", cmd_import)
     imp.add_argument("-i", "--input", required=True, metavar="FILE", help="'-' for stdin")
     imp.add_argument(
         "--batch-size",
@@ -333,4 +326,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="let the service place the messages instead of keeping their partitions",
     )
     imp.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    imp.set_defaults(func=cmd_import)
