@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any, get_args
-from zoneinfo import ZoneInfo
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 from queuey.cli.arguments import positive
 from queuey.cli.errors import CommandError
@@ -28,6 +28,7 @@ from queuey.client.errors import BadRequest, Conflict, NotFound
 from queuey.client.http import QueueyClient
 from queuey.client.models import given
 from queuey.core import cron
+from queuey.model.schedules import MISSED_POLICIES
 from queuey.wire import ScheduleInfo
 
 #: The message template's options: flag, field of ``message``.
@@ -47,20 +48,15 @@ def client_of(args: argparse.Namespace) -> Iterator[QueueyClient]:
             raise CommandError("\n  ".join(lines)) from exc
 
 
-def zone_info(zone: str) -> ZoneInfo:
-    """The zone ``zone`` names, UTC for a name this machine does not know (the
-    service checks the name and says what is wrong with it)."""
-    try:
-        return ZoneInfo(zone)
-    except (KeyError, ValueError):
-        return ZoneInfo("UTC")
-
-
 def local_time(epoch: int | None, zone: str) -> str:
-    """``2026-12-01T09:00:00+01:00`` in the schedule's zone (``-`` for none)."""
+    """``2026-12-01T09:00:00+01:00`` in the schedule's zone (``-`` for none;
+    in UTC for a zone this machine does not know)."""
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, zone_info(zone)).isoformat()
+    try:
+        return datetime.fromtimestamp(epoch, cron.time_zone(zone)).isoformat()
+    except ValueError:
+        return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def when_text(schedule: ScheduleInfo) -> str:
@@ -97,36 +93,29 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def json_option(text: str, option: str) -> Any:
+def parsed(option: str, text: str, parse: Callable[[str], Any], wrong: str = "") -> Any:
+    """``parse(text)``; its ``ValueError`` is a command-line mistake naming ``option``."""
     try:
-        return json.loads(text)
+        return parse(text)
     except ValueError as exc:
-        raise CommandError(f"{option} is not JSON: {exc}", 2) from None
-
-
-def instant(text: str, option: str, zone: str) -> int:
-    """Epoch seconds of ``--start``/``--end`` (:func:`queuey.core.cron.instant`'s forms)."""
-    try:
-        return cron.instant(text, zone)
-    except ValueError as exc:
-        raise CommandError(f"{option} {exc}", 2) from None
+        raise CommandError(f"{option} {wrong}{exc}", 2) from None
 
 
 def create_body(args: argparse.Namespace) -> dict:
     """The ``POST /schedules`` body the options give (absent options: the service's defaults)."""
     message = {
-        "body": json_option(args.body, "--body"),
+        "body": parsed("--body", args.body, json.loads, "is not JSON: "),
         **given(**{name: getattr(args, name) for name in MESSAGE_OPTIONS}),
     }
     if args.attributes is not None:
-        message["attributes"] = json_option(args.attributes, "--attributes")
-    zone = args.timezone or "UTC"
+        message["attributes"] = parsed("--attributes", args.attributes, json.loads, "is not JSON: ")
+    instant = partial(cron.instant, zone=args.timezone or "UTC")  # ISO text or epoch seconds
     return {"name": args.name, "queue": args.queue, "message": message} | given(
         cron=args.cron,
         interval=args.every,
         timezone=args.timezone,
-        start=None if args.start is None else instant(args.start, "--start", zone),
-        end=None if args.end is None else instant(args.end, "--end", zone),
+        start=None if args.start is None else parsed("--start", args.start, instant),
+        end=None if args.end is None else parsed("--end", args.end, instant),
         missed=args.missed,
     )
 
@@ -173,7 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     create.add_argument(
         "--missed",
-        choices=get_args(ScheduleInfo.model_fields["missed"].annotation),
+        choices=MISSED_POLICIES,
         help="ticks missed while no node ran: post the latest once (default) or all",
     )
     create.add_argument("--body", required=True, metavar="JSON", help="the message's body")
