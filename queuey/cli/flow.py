@@ -25,24 +25,6 @@ from queuey.model.flow import limits_of
 from queuey.model.flowfield import FlowField
 
 
-def option_type(field: FlowField):
-    """The option's converter: ``on``/``off`` for a flag, else a plain decimal
-    (``0`` for no limit) of the field's kind."""
-    wants = {"rate": "a number of messages per second", "count": "a whole number"}
-
-    def convert(text: str) -> Any:
-        if field.kind == "flag":
-            if text not in ("on", "off"):
-                raise argparse.ArgumentTypeError("give on or off")
-            return text == "on"
-        try:
-            return field.from_text(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
-
-    return convert
-
-
 def option(field: FlowField) -> str:
     return "--" + field.name.replace("_", "-")
 
@@ -118,8 +100,7 @@ def set_fields(args: argparse.Namespace) -> dict[str, Any]:
     if wrong:
         where = "a queue" if args.subscription is not None else "a subscription (--subscription)"
         raise CommandError(f"{', '.join(wrong)}: a setting of {where}", 2)
-    fields = {f.name: getattr(args, f.name) for f in mine}
-    fields = {name: value for name, value in fields.items() if value is not None}
+    fields = {f.name: getattr(args, f.name) for f in mine if getattr(args, f.name) is not None}
     if not fields:
         raise CommandError("give at least one setting to change (see --help)", 2)
     return fields
@@ -142,12 +123,26 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 
 def add_option(group, field: FlowField) -> None:
-    """``field``'s option of ``flow set``: its type, bounds and help from the table."""
+    """``field``'s option of ``flow set``: its type, bounds and help from the
+    table. A flag takes ``on`` or ``off``, a limit a plain decimal of the
+    field's kind (``0`` for no limit), a choice one of its values."""
+    wants = {"rate": "a number of messages per second", "count": "a whole number"}
+
+    def convert(text: str) -> Any:
+        if field.kind == "flag":
+            if text not in ("on", "off"):
+                raise argparse.ArgumentTypeError("give on or off")
+            return text == "on"
+        try:
+            return field.from_text(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
+
     if field.kind == "choice":
         kind = {"choices": field.values}
     else:
         metavar = {"rate": "R", "count": "N", "flag": "on|off"}[field.kind]
-        kind = {"type": option_type(field), "metavar": metavar}
+        kind = {"type": convert, "metavar": metavar}
     group.add_argument(option(field), dest=field.name, help=field.description, **kind)
 
 

@@ -86,16 +86,6 @@ def _resume_point(path: Path, partitions: list[int]) -> tuple[list[int], str | N
     return [p for p in partitions if p >= record.partition], after
 
 
-@contextlib.contextmanager
-def _output(target: str, append: bool) -> Iterator[TextIO]:
-    if target == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    with open(target, "a" if append else "w", encoding="utf-8", newline="\n") as f:
-        yield f
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     if args.resume and args.output == "-":
         raise CommandError("--resume needs an output file, not stdout", 2)
@@ -111,9 +101,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         if resuming:
             partitions, since = _resume_point(Path(args.output), partitions)
         total = _expected(client, args.queue, partitions)
+        output: contextlib.AbstractContextManager[TextIO] = (
+            contextlib.nullcontext(sys.stdout)  # flushed after each page, as a file is
+            if args.output == "-"
+            else open(args.output, "a" if resuming else "w", encoding="utf-8", newline="\n")
+        )
         try:
             with (
-                _output(args.output, append=resuming) as out,
+                output as out,
                 progress_bar(f"export {args.queue}", total, args.quiet) as (bar, task),
             ):
                 for partition in partitions:
