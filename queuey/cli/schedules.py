@@ -28,11 +28,11 @@ from queuey.client.errors import BadRequest, Conflict, NotFound
 from queuey.client.http import QueueyClient
 from queuey.client.models import given
 from queuey.core import cron
-from queuey.model.schedules import MISSED_POLICIES
+from queuey.model.schedules import INTEGER_FIELDS, MISSED_POLICIES
 from queuey.wire import ScheduleInfo
 
 #: The message template's options: flag, field of ``message``.
-MESSAGE_OPTIONS = ("partition", "partition_key", "ttl", "priority", "delay")
+MESSAGE_OPTIONS = (*INTEGER_FIELDS, "partition_key")
 
 
 @contextmanager
