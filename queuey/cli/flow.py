@@ -16,54 +16,29 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
 from queuey.cli.errors import CommandError
-from queuey.cli.output import stdout_console
-from queuey.cli.remote import connection_parent
+from queuey.cli.output import print_table
+from queuey.cli.remote import remote_command
 from queuey.cli.schedules import client_of
 from queuey.client.flow import FlowInfo, QueueFlow, SubscriptionFlow
 from queuey.model.flow import limits_of
 from queuey.model.flowfield import FlowField
 
 
-def option_type(field: FlowField):
-    """The option's converter: ``on``/``off`` for a flag, else a plain decimal
-    (``0`` for no limit) of the field's kind."""
-    wants = {"rate": "a number of messages per second", "count": "a whole number"}
-
-    def convert(text: str) -> Any:
-        if field.kind == "flag":
-            if text not in ("on", "off"):
-                raise argparse.ArgumentTypeError("give on or off")
-            return text == "on"
-        try:
-            return field.from_text(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
-
-    return convert
-
-
 def option(field: FlowField) -> str:
     return "--" + field.name.replace("_", "-")
 
 
-def limit(value: float, unit: str = "") -> str:
-    """``-`` for no limit, else the value (``10/s``, ``1,000``)."""
-    if not value:
-        return "-"
-    shown = f"{value:,g}" if isinstance(value, float) else f"{value:,}"
-    return f"{shown}{unit}"
-
-
 def shown(field: FlowField, value: Any) -> str:
-    """A setting's value as the command prints it."""
+    """A setting's value as the command prints it: ``on`` or ``off``, the
+    choice, ``-`` for no limit, else the limit (``10/s``, ``1,000``)."""
     if field.kind == "flag":
         return "on" if value else "off"
     if field.kind == "choice":
         return str(value)
-    return limit(value, field.unit)
+    if not value:
+        return "-"
+    return (f"{value:,g}" if isinstance(value, float) else f"{value:,}") + field.unit
 
 
 def queue_lines(name: str, flow: QueueFlow) -> list[str]:
@@ -83,15 +58,12 @@ def print_flow(name: str, info: FlowInfo) -> None:
     if not info.subscriptions:
         print("subscriptions: no flow settings (every one delivers without limit)")
         return
-    table = Table(box=None, pad_edge=False)
-    table.add_column("subscription")
-    table.add_column("state")
-    for field in limits_of("subscription"):
-        table.add_column(field.title.lower(), justify="right")
-    for sub, flow in sorted(info.subscriptions.items()):
-        values = [shown(f, v) for f, v in flow.settings() if not f.switch]
-        table.add_row(sub, subscription_state(flow), *values)
-    stdout_console().print(table)
+    limits = [field.title.lower() for field in limits_of("subscription")]
+    rows = [
+        (sub, subscription_state(flow), *(shown(f, v) for f, v in flow.settings() if not f.switch))
+        for sub, flow in sorted(info.subscriptions.items())
+    ]
+    print_table(("subscription", "state", *limits), rows, right=limits)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -109,15 +81,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    pausing = args.action == "pause"
     with client_of(args) as client:
-        change = client.pause if pausing else client.resume
-        change(args.queue, args.subscription)
-    done = "paused" if pausing else "resumed"
+        getattr(client, args.action)(args.queue, args.subscription)  # pause or resume
     if args.subscription is None:
-        print(f"{done} posting to queue {args.queue}")
+        print(f"{args.action}d posting to queue {args.queue}")
     else:
-        print(f"{done} subscription {args.subscription} of queue {args.queue}")
+        print(f"{args.action}d subscription {args.subscription} of queue {args.queue}")
     return 0
 
 
@@ -131,8 +100,7 @@ def set_fields(args: argparse.Namespace) -> dict[str, Any]:
     if wrong:
         where = "a queue" if args.subscription is not None else "a subscription (--subscription)"
         raise CommandError(f"{', '.join(wrong)}: a setting of {where}", 2)
-    fields = {f.name: getattr(args, f.name) for f in mine}
-    fields = {name: value for name, value in fields.items() if value is not None}
+    fields = {f.name: getattr(args, f.name) for f in mine if getattr(args, f.name) is not None}
     if not fields:
         raise CommandError("give at least one setting to change (see --help)", 2)
     return fields
@@ -143,28 +111,38 @@ def cmd_set(args: argparse.Namespace) -> int:
     with client_of(args) as client:
         if args.subscription is None:
             info = client.set_queue_flow(args.queue, **fields)
-        else:
-            flow = client.set_subscription_flow(args.queue, args.subscription, **fields)
-            info = FlowInfo(subscriptions={args.subscription: flow})
-    if args.subscription is None:
-        print("\n".join(queue_lines(args.queue, info.queue)))
-    else:
-        flow = info.subscription(args.subscription)
-        values = [f"{f.title.lower()} {shown(f, v)}" for f, v in flow.settings() if not f.switch]
-        print(
-            f"subscription {args.subscription} of queue {args.queue}: "
-            + ", ".join([subscription_state(flow), *values])
-        )
+            print("\n".join(queue_lines(args.queue, info.queue)))
+            return 0
+        flow = client.set_subscription_flow(args.queue, args.subscription, **fields)
+    values = [f"{f.title.lower()} {shown(f, v)}" for f, v in flow.settings() if not f.switch]
+    print(
+        f"subscription {args.subscription} of queue {args.queue}: "
+        + ", ".join([subscription_state(flow), *values])
+    )
     return 0
 
 
 def add_option(group, field: FlowField) -> None:
-    """``field``'s option of ``flow set``: its type, bounds and help from the table."""
+    """``field``'s option of ``flow set``: its type, bounds and help from the
+    table. A flag takes ``on`` or ``off``, a limit a plain decimal of the
+    field's kind (``0`` for no limit), a choice one of its values."""
+    wants = {"rate": "a number of messages per second", "count": "a whole number"}
+
+    def convert(text: str) -> Any:
+        if field.kind == "flag":
+            if text not in ("on", "off"):
+                raise argparse.ArgumentTypeError("give on or off")
+            return text == "on"
+        try:
+            return field.from_text(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {wants[field.kind]}: {text!r}") from None
+
     if field.kind == "choice":
         kind = {"choices": field.values}
     else:
         metavar = {"rate": "R", "count": "N", "flag": "on|off"}[field.kind]
-        kind = {"type": option_type(field), "metavar": metavar}
+        kind = {"type": convert, "metavar": metavar}
     group.add_argument(option(field), dest=field.name, help=field.description, **kind)
 
 
@@ -173,30 +151,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "flow", help="show, pause, resume or limit a queue's posts and its subscriptions"
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    connection = connection_parent()
 
-    show = actions.add_parser(
-        "show", help="the queue's and its subscriptions' flow settings", parents=[connection]
-    )
-    show.add_argument("queue", metavar="QUEUE")
+    text = "the queue's and its subscriptions' flow settings"
+    show = remote_command(actions, "show", text, cmd_show)
     show.add_argument("--json", action="store_true", help="JSON instead of text")
-    show.set_defaults(func=cmd_show)
 
     for action, text in (
         ("pause", "refuse posts (503), or with --subscription hand out nothing"),
         ("resume", "lift a pause of the queue's posts or of a subscription"),
     ):
-        verb = actions.add_parser(action, help=text, parents=[connection])
-        verb.add_argument("queue", metavar="QUEUE")
+        verb = remote_command(actions, action, text, cmd_pause)
         verb.add_argument("--subscription", metavar="S", help="the subscription's deliveries")
-        verb.set_defaults(func=cmd_pause)
 
-    change = actions.add_parser(
-        "set",
-        help="change flow limits (those given; 0 turns one off)",
-        parents=[connection],
-    )
-    change.add_argument("queue", metavar="QUEUE")
+    text = "change flow limits (those given; 0 turns one off)"
+    change = remote_command(actions, "set", text, cmd_set)
     change.add_argument("--subscription", metavar="S", help="change this subscription's limits")
     added: set[str] = set()
     for resource, title in (
@@ -208,4 +176,3 @@ def register(sub: argparse._SubParsersAction) -> None:
             if field.name not in added:  # a name both levels have is one option
                 add_option(group, field)
                 added.add(field.name)
-    change.set_defaults(func=cmd_set)

@@ -7,7 +7,7 @@ terminal, so redirected output and logs stay clean.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -20,16 +20,29 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 #: Widest table written when stdout is not a terminal (a pipe or a file).
 PIPE_WIDTH = 200
 
 
-def stdout_console() -> Console:
+def print_table(
+    titles: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    right: Collection[str] = (),
+    header: bool = True,
+) -> None:
+    """``rows`` under ``titles`` on stdout, without borders; the columns whose
+    title is in ``right`` are justified to the right."""
+    table = Table(box=None, pad_edge=False, show_header=header)
+    for title in titles:
+        table.add_column(title, justify="right" if title in right else "left")
+    for row in rows:
+        table.add_row(*row)
     console = Console(file=sys.stdout, highlight=False)
     if not console.is_terminal:
         console = Console(file=sys.stdout, highlight=False, width=PIPE_WIDTH)
-    return console
+    console.print(table)
 
 
 @contextmanager

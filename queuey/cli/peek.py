@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 
 from queuey.cli.arguments import at_most, positive
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.remote import connect, remote_command
 from queuey.client.models import ReceivedMessage
 from queuey.limits import MAX_READ
 
@@ -40,10 +40,7 @@ def cmd_peek(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "peek", help="show the newest messages (changes nothing)", parents=[connection_parent()]
-    )
-    parser.add_argument("queue", metavar="QUEUE")
+    parser = remote_command(sub, "peek", "show the newest messages (changes nothing)", cmd_peek)
     parser.add_argument(
         "-n", type=at_most(MAX_READ), default=10, help=f"how many (default 10, at most {MAX_READ})"
     )
@@ -54,4 +51,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="P",
         help="only this partition (repeat for several); default all",
     )
-    parser.set_defaults(func=cmd_peek)

@@ -8,7 +8,8 @@ posted). Lines of one partition follow each other in id order, partitions in
 ascending order, which is what lets an export resume from its last line.
 
 Import needs only ``body``; ``partition``, ``priority`` and ``attributes``
-are posted when present, and ``id`` becomes the post's ``dedup_id``.
+are posted when present, and ``id`` becomes the post's ``dedup_id``
+(:data:`DEDUP_PREFIX` and the id).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from queuey.client.models import OutgoingMessage, ReceivedMessage
 from queuey.jsonio import InvalidJSON, check_depth
+from queuey.limits import MAX_PRIORITY
 
 MESSAGE_ID = re.compile(r"[0-9a-f]{32}")
 #: Prefix of the ``dedup_id`` an imported message is posted with.
@@ -52,26 +53,6 @@ def encode(message: ReceivedMessage) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Record:
-    """One line read back: what import posts."""
-
-    body: dict
-    id: str | None = None
-    partition: int | None = None
-    priority: int | None = None
-    attributes: dict[str, str] | None = None
-
-    def outgoing(self, keep_partition: bool = True) -> OutgoingMessage:
-        return OutgoingMessage(
-            body=self.body,
-            partition=self.partition if keep_partition else None,
-            priority=self.priority or None,
-            attributes=self.attributes or None,
-            dedup_id=DEDUP_PREFIX + self.id if self.id else None,
-        )
-
-
 def _int(data: dict, name: str, low: int, high: int) -> int | None:
     value: Any = data.get(name)
     if value is None:
@@ -81,8 +62,9 @@ def _int(data: dict, name: str, low: int, high: int) -> int | None:
     return value
 
 
-def decode(line: bytes) -> Record:
-    """The record of one line (``BadLine`` says what is wrong with it)."""
+def decode(line: bytes) -> OutgoingMessage:
+    """The message import posts for one line (``BadLine`` says what is wrong
+    with the line); a priority of 0 and empty attributes are left out."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -113,12 +95,12 @@ def decode(line: bytes) -> Record:
         and all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())
     ):
         raise BadLine("attributes must be an object of strings")
-    return Record(
+    return OutgoingMessage(
         body=body,
-        id=message_id,
         partition=_int(data, "partition", 1, 999),
-        priority=_int(data, "priority", 0, 9),
-        attributes=attributes,
+        priority=_int(data, "priority", 0, MAX_PRIORITY) or None,
+        attributes=attributes or None,
+        dedup_id=DEDUP_PREFIX + message_id if message_id else None,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from queuey.cli.arguments import positive
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.remote import connect, remote_command
 from queuey.client.errors import NotFound
 from queuey.limits import MAX_READ
 
@@ -47,9 +47,6 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "redrive", help="move a queue's dead letters back", parents=[connection_parent()]
-    )
-    parser.add_argument("queue", metavar="QUEUE", help="the queue the letters came from")
+    text = "move a queue's dead letters back"
+    parser = remote_command(sub, "redrive", text, cmd_redrive, "the queue the letters came from")
     parser.add_argument("--limit", type=positive, metavar="N", help="move at most N (default: all)")
-    parser.set_defaults(func=cmd_redrive)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from queuey.cli.errors import CommandError
@@ -25,10 +25,18 @@ TIMEOUT = 60.0
 RETRIES = 3
 
 
-def connection_parent() -> argparse.ArgumentParser:
-    """The options every remote command takes (an argparse parent parser)."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("connection")
+def remote_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    text: str,
+    func: Callable[[argparse.Namespace], int],
+    queue: str | None = "",
+) -> argparse.ArgumentParser:
+    """The parser of a command that talks to a running Queuey, running
+    ``func``: ``text`` its help, the connection options every remote command
+    takes, then ``QUEUE`` (with ``queue`` as its help; ``None``: no ``QUEUE``)."""
+    parser = sub.add_parser(name, help=text)
+    group = parser.add_argument_group("connection")
     group.add_argument(
         "--url",
         help=f"API URL, or several comma-separated (env QUEUEY_URL; default {DEFAULT_URL})",
@@ -38,7 +46,10 @@ def connection_parent() -> argparse.ArgumentParser:
         "--key-file", type=Path, help="file holding the application key (else env QUEUEY_KEY)"
     )
     group.add_argument("--key", help="the key itself; prefer QUEUEY_KEY or --key-file")
-    return parent
+    if queue is not None:
+        parser.add_argument("queue", metavar="QUEUE", help=queue or None)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def read_key(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:

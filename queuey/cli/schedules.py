@@ -14,24 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
-from zoneinfo import ZoneInfo
-
-from rich.table import Table
 
 from queuey.cli.arguments import positive
 from queuey.cli.errors import CommandError
-from queuey.cli.output import stdout_console
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.output import print_table
+from queuey.cli.remote import connect, remote_command
 from queuey.client.errors import BadRequest, Conflict, NotFound
 from queuey.client.http import QueueyClient
+from queuey.client.models import given
 from queuey.core import cron
+from queuey.model.schedules import INTEGER_FIELDS, MISSED_POLICIES
+from queuey.wire import ScheduleInfo
 
 #: The message template's options: flag, field of ``message``.
-MESSAGE_OPTIONS = ("partition", "partition_key", "ttl", "priority", "delay")
+MESSAGE_OPTIONS = (*INTEGER_FIELDS, "partition_key")
 
 
 @contextmanager
@@ -47,115 +48,83 @@ def client_of(args: argparse.Namespace) -> Iterator[QueueyClient]:
             raise CommandError("\n  ".join(lines)) from exc
 
 
-def zone_info(zone: str) -> ZoneInfo:
-    """The zone ``zone`` names, UTC for a name this machine does not know (the
-    service checks the name and says what is wrong with it)."""
-    try:
-        return ZoneInfo(zone)
-    except (KeyError, ValueError):
-        return ZoneInfo("UTC")
-
-
 def local_time(epoch: int | None, zone: str) -> str:
-    """``2026-12-01T09:00:00+01:00`` in the schedule's zone (``-`` for none)."""
+    """``2026-12-01T09:00:00+01:00`` in the schedule's zone (``-`` for none;
+    in UTC for a zone this machine does not know)."""
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, zone_info(zone)).isoformat()
+    try:
+        return datetime.fromtimestamp(epoch, cron.time_zone(zone)).isoformat()
+    except ValueError:
+        return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
-def when_text(schedule: dict) -> str:
-    if schedule.get("cron"):
-        return schedule["cron"]
-    return f"every {schedule.get('interval')} s"
+def when_text(schedule: ScheduleInfo) -> str:
+    return schedule.cron or f"every {schedule.interval} s"
 
 
-def state_text(schedule: dict) -> str:
-    """``active``, ``paused``, ``stopped`` (by the service: its ``error`` says why) or ``ended``."""
-    return str(schedule.get("state", "-"))
-
-
-def summary(schedule: dict) -> str:
-    zone = schedule.get("timezone", "UTC")
+def summary(s: ScheduleInfo) -> str:
+    """The schedule in one line; its ``state`` is ``active``, ``paused``,
+    ``stopped`` (by the service: its ``error`` says why) or ``ended``."""
     return (
-        f"{schedule['name']} -> {schedule['queue']}, {when_text(schedule)} ({zone}), "
-        f"{state_text(schedule)}, next tick {local_time(schedule.get('next_tick'), zone)}"
-        + (f" ({schedule['error']})" if schedule.get("error") else "")
+        f"{s.name} -> {s.queue}, {when_text(s)} ({s.timezone}), "
+        f"{s.state}, next tick {local_time(s.next_tick, s.timezone)}"
+        + (f" ({s.error})" if s.error else "")
     )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with client_of(args) as client:
-        schedules = [s.model_dump() for s in client.list_schedules()]
+        schedules = client.list_schedules()
     if args.json:
-        print(json.dumps(schedules, indent=2, ensure_ascii=False))
+        print(json.dumps([s.model_dump() for s in schedules], indent=2, ensure_ascii=False))
         return 0
     if not schedules:
         print("(no schedules)")
         return 0
-    table = Table(box=None, pad_edge=False)
-    for title in ("name", "queue", "when", "timezone", "next tick", "last tick"):
-        table.add_column(title)
-    table.add_column("posted", justify="right")
-    table.add_column("state")
-    for s in schedules:
-        zone = s.get("timezone", "UTC")
-        table.add_row(
-            s["name"],
-            s["queue"],
-            when_text(s),
-            zone,
-            local_time(s.get("next_tick"), zone),
-            local_time(s.get("last_tick"), zone),
-            str(s.get("posted", 0)),
-            state_text(s),
-        )
-    stdout_console().print(table)
+    titles = ("name", "queue", "when", "timezone", "next tick", "last tick", "posted", "state")
+    rows = [
+        (s.name, s.queue, when_text(s), s.timezone)
+        + tuple(local_time(tick, s.timezone) for tick in (s.next_tick, s.last_tick))
+        + (str(s.posted), s.state)
+        for s in schedules
+    ]
+    print_table(titles, rows, right=("posted",))
     return 0
 
 
-def json_option(text: str, option: str) -> Any:
+def parsed(option: str, text: str, parse: Callable[[str], Any], wrong: str = "") -> Any:
+    """``parse(text)``; its ``ValueError`` is a command-line mistake naming ``option``."""
     try:
-        return json.loads(text)
+        return parse(text)
     except ValueError as exc:
-        raise CommandError(f"{option} is not JSON: {exc}", 2) from None
-
-
-def instant(text: str, option: str, zone: str) -> int:
-    """Epoch seconds of ``--start``/``--end`` (:func:`queuey.core.cron.instant`'s forms)."""
-    try:
-        return cron.instant(text, zone)
-    except ValueError as exc:
-        raise CommandError(f"{option} {exc}", 2) from None
+        raise CommandError(f"{option} {wrong}{exc}", 2) from None
 
 
 def create_body(args: argparse.Namespace) -> dict:
     """The ``POST /schedules`` body the options give (absent options: the service's defaults)."""
-    message: dict[str, Any] = {"body": json_option(args.body, "--body")}
-    for name in MESSAGE_OPTIONS:
-        if getattr(args, name) is not None:
-            message[name] = getattr(args, name)
+    message = {
+        "body": parsed("--body", args.body, json.loads, "is not JSON: "),
+        **given(**{name: getattr(args, name) for name in MESSAGE_OPTIONS}),
+    }
     if args.attributes is not None:
-        message["attributes"] = json_option(args.attributes, "--attributes")
-    body: dict[str, Any] = {"name": args.name, "queue": args.queue, "message": message}
-    zone = args.timezone or "UTC"
-    for name, value in (
-        ("cron", args.cron),
-        ("interval", args.every),
-        ("timezone", args.timezone),
-        ("start", None if args.start is None else instant(args.start, "--start", zone)),
-        ("end", None if args.end is None else instant(args.end, "--end", zone)),
-        ("missed", args.missed),
-    ):
-        if value is not None:
-            body[name] = value
-    return body
+        message["attributes"] = parsed("--attributes", args.attributes, json.loads, "is not JSON: ")
+    instant = partial(cron.instant, zone=args.timezone or "UTC")  # ISO text or epoch seconds
+    return {"name": args.name, "queue": args.queue, "message": message} | given(
+        cron=args.cron,
+        interval=args.every,
+        timezone=args.timezone,
+        start=None if args.start is None else parsed("--start", args.start, instant),
+        end=None if args.end is None else parsed("--end", args.end, instant),
+        missed=args.missed,
+    )
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     body = create_body(args)
     with client_of(args) as client:
         made = client.create_schedule(body)
-    print("created " + summary(made.model_dump()))
+    print("created " + summary(made))
     return 0
 
 
@@ -165,24 +134,20 @@ def cmd_change(args: argparse.Namespace) -> int:
             client.delete_schedule(args.name)
             print(f"deleted schedule {args.name}")
             return 0
-        change = client.pause_schedule if args.action == "pause" else client.resume_schedule
-        changed = change(args.name)
-    print(f"{args.action}d " + summary(changed.model_dump()))
+        changed = getattr(client, f"{args.action}_schedule")(args.name)
+    print(f"{args.action}d " + summary(changed))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("schedules", help="list, create, pause, resume or delete schedules")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    connection = connection_parent()
 
-    listing = actions.add_parser("list", help="the application's schedules", parents=[connection])
+    listing = remote_command(actions, "list", "the application's schedules", cmd_list, None)
     listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    listing.set_defaults(func=cmd_list)
 
-    create = actions.add_parser(
-        "create", help="post a message to a queue on a schedule", parents=[connection]
-    )
+    text = "post a message to a queue on a schedule"
+    create = remote_command(actions, "create", text, cmd_create, None)
     create.add_argument("name", metavar="NAME", help="1-64 letters, digits, '_' or '-'")
     create.add_argument("--queue", required=True, metavar="Q", help="the queue to post to")
     when = create.add_mutually_exclusive_group(required=True)
@@ -197,7 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     create.add_argument(
         "--missed",
-        choices=("latest", "all"),
+        choices=MISSED_POLICIES,
         help="ticks missed while no node ran: post the latest once (default) or all",
     )
     create.add_argument("--body", required=True, metavar="JSON", help="the message's body")
@@ -207,13 +172,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.add_argument("--priority", type=int, metavar="N", help="0-9")
     create.add_argument("--delay", type=int, metavar="SECONDS", help="delay each message")
     create.add_argument("--ttl", type=int, metavar="SECONDS", help="default: the queue's")
-    create.set_defaults(func=cmd_create)
 
     for action, text in (
         ("pause", "stop posting until resumed"),
         ("resume", "post again from the next tick (missed ticks are not posted)"),
         ("delete", "delete the schedule (the messages it posted stay)"),
     ):
-        verb = actions.add_parser(action, help=text, parents=[connection])
-        verb.add_argument("name", metavar="NAME")
-        verb.set_defaults(func=cmd_change)
+        remote_command(actions, action, text, cmd_change, None).add_argument("name", metavar="NAME")

@@ -16,11 +16,9 @@ import json
 import time
 from dataclasses import asdict
 
-from rich.table import Table
-
 from queuey.cli.errors import CommandError
-from queuey.cli.output import stdout_console
-from queuey.cli.stats import age_text
+from queuey.cli.output import print_table
+from queuey.cli.stats import age_of, age_text
 from queuey.client import spoolfile
 from queuey.client.spool import SpoolStats
 
@@ -43,7 +41,7 @@ def read_status(path: str, now: float) -> SpoolStats:
         spooled=len(image.pending),
         bytes=image.live_bytes,
         file_bytes=image.end + image.torn_bytes,
-        oldest_age=None if oldest is None else round(max(0.0, now - oldest), 3),
+        oldest_age=age_of(oldest, now),
         send_rate=round(image.send_rate(now), 1),
         sent=image.sent,
         rejected=image.rejected,
@@ -58,13 +56,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    table = Table(box=None, pad_edge=False, show_header=False)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name, value in status.items():
-        shown = age_text(value) if name == "oldest_age" else str(value)
-        table.add_row(name.replace("_", " "), shown)
-    stdout_console().print(table)
+    rows = [
+        (name.replace("_", " "), age_text(value) if name == "oldest_age" else str(value))
+        for name, value in status.items()
+    ]
+    print_table(("figure", "value"), rows, right=("value",), header=False)
     return 0
 
 

@@ -10,39 +10,32 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from typing import Any
 
-from rich.table import Table
-
-from queuey.cli.output import stdout_console
-from queuey.cli.remote import connect, connection_parent
+from queuey.cli.output import print_table
+from queuey.cli.remote import connect, remote_command
 from queuey.client.http import QueueyClient
 from queuey.client.models import QueueStats
 
+#: The work-queue counts, each summed over the queue's subscriptions.
+SUMMED = ("in_flight", "delayed", "dead_lettered")
+TITLES = ("queue", "messages", "in flight", "delayed", "dead-lettered", "oldest")
 
-@dataclass(frozen=True)
-class QueueFigures:
-    """One row of the table (and one object of ``--json``)."""
 
-    queue: str
-    messages: int
-    in_flight: int
-    delayed: int
-    dead_lettered: int
-    oldest_age: float | None  # seconds; None when the queue is empty
+def age_of(oldest: float | None, now: float) -> float | None:
+    """Seconds from ``oldest`` to ``now``, to the millisecond; None for none."""
+    return None if oldest is None else round(max(0.0, now - oldest), 3)
 
-    @classmethod
-    def of(cls, stats: QueueStats, now: float) -> QueueFigures:
-        subs = stats.subscriptions
-        oldest = stats.oldest_timestamp
-        return cls(
-            queue=stats.name,
-            messages=stats.messages,
-            in_flight=sum(s.in_flight for s in subs),
-            delayed=sum(s.delayed for s in subs),
-            dead_lettered=sum(s.dead_lettered for s in subs),
-            oldest_age=None if oldest is None else round(max(0.0, now - oldest), 3),
-        )
+
+def figures(stats: QueueStats, now: float) -> dict[str, Any]:
+    """One row of the table (and one object of ``--json``): the queue, its
+    counts and ``oldest_age`` (seconds; None when the queue is empty)."""
+    return {
+        "queue": stats.name,
+        "messages": stats.messages,
+        **{name: sum(getattr(s, name) for s in stats.subscriptions) for name in SUMMED},
+        "oldest_age": age_of(stats.oldest_timestamp, now),
+    }
 
 
 def age_text(seconds: float | None) -> str:
@@ -59,40 +52,26 @@ def age_text(seconds: float | None) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
-def gather(client: QueueyClient, names: list[str]) -> list[QueueFigures]:
+def gather(client: QueueyClient, names: list[str]) -> list[dict[str, Any]]:
     if not names:
         names = [q.name for q in client.iter_queues()]
     now = time.time()
-    return [QueueFigures.of(client.stats(name), now) for name in names]
+    return [figures(client.stats(name), now) for name in names]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with connect(args) as client:
         rows = gather(client, list(args.queues))
     if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
+        print(json.dumps(rows, indent=2))
         return 0
-    table = Table(box=None, pad_edge=False)
-    table.add_column("queue")
-    for title in ("messages", "in flight", "delayed", "dead-lettered", "oldest"):
-        table.add_column(title, justify="right")
-    for r in rows:
-        table.add_row(
-            r.queue,
-            str(r.messages),
-            str(r.in_flight),
-            str(r.delayed),
-            str(r.dead_lettered),
-            age_text(r.oldest_age),
-        )
-    stdout_console().print(table)
+    counts = ("messages", *SUMMED)
+    cells = [[r["queue"], *(str(r[c]) for c in counts), age_text(r["oldest_age"])] for r in rows]
+    print_table(TITLES, cells, right=TITLES[1:])
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "stats", help="counts of the application's queues", parents=[connection_parent()]
-    )
+    parser = remote_command(sub, "stats", "counts of the application's queues", cmd_stats, None)
     parser.add_argument("queues", nargs="*", metavar="QUEUE", help="default: every queue")
     parser.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    parser.set_defaults(func=cmd_stats)

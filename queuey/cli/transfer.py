@@ -27,17 +27,18 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from queuey.cli.arguments import at_most, positive
 from queuey.cli.errors import CommandError
 from queuey.cli.output import progress_bar
-from queuey.cli.records import BadLine, Record, cut_partial_line, decode, encode
-from queuey.cli.remote import connect, connection_parent, describe
+from queuey.cli.records import DEDUP_PREFIX, BadLine, cut_partial_line, decode, encode
+from queuey.cli.remote import connect, describe, remote_command
 from queuey.client.errors import BadRequest, ClientError
 from queuey.client.http import QueueyClient
+from queuey.client.models import OutgoingMessage
 from queuey.limits import MAX_READ
 
 #: Most bytes of lines in one import batch (the service's default limit is 4 MiB).
@@ -76,22 +77,13 @@ def _resume_point(path: Path, partitions: list[int]) -> tuple[list[int], str | N
         record = decode(last)
     except BadLine as exc:
         raise CommandError(f"{path}: cannot resume after its last line: {exc}") from None
-    if record.partition not in partitions or record.id is None:
+    if record.partition not in partitions or record.dedup_id is None:
         raise CommandError(
             f"{path}: its last line (partition {record.partition}) is not from this export; "
             "give the same --partition options as before"
         )
-    return [p for p in partitions if p >= record.partition], record.id
-
-
-@contextlib.contextmanager
-def _output(target: str, append: bool) -> Iterator[TextIO]:
-    if target == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    with open(target, "a" if append else "w", encoding="utf-8", newline="\n") as f:
-        yield f
+    after = record.dedup_id.removeprefix(DEDUP_PREFIX)  # the line's id
+    return [p for p in partitions if p >= record.partition], after
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -109,9 +101,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         if resuming:
             partitions, since = _resume_point(Path(args.output), partitions)
         total = _expected(client, args.queue, partitions)
+        output: contextlib.AbstractContextManager[TextIO] = (
+            contextlib.nullcontext(sys.stdout)  # flushed after each page, as a file is
+            if args.output == "-"
+            else open(args.output, "a" if resuming else "w", encoding="utf-8", newline="\n")
+        )
         try:
             with (
-                _output(args.output, append=resuming) as out,
+                output as out,
                 progress_bar(f"export {args.queue}", total, args.quiet) as (bar, task),
             ):
                 for partition in partitions:
@@ -126,13 +123,14 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"{describe(exc)} (after {written} message(s); rerun with --resume to go on)"
             ) from None
+    where = "stdout" if args.output == "-" else args.output
+    return _done(args, started, f"exported {written} message(s) of {args.queue} to {where}")
+
+
+def _done(args: argparse.Namespace, started: float, text: str) -> int:
+    """Say ``text`` and the seconds since ``started`` on stderr, unless ``--quiet``."""
     if not args.quiet:
-        seconds = time.monotonic() - started
-        where = "stdout" if args.output == "-" else args.output
-        print(
-            f"exported {written} message(s) of {args.queue} to {where} in {seconds:.1f}s",
-            file=sys.stderr,
-        )
+        print(f"{text} in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
 
@@ -166,19 +164,16 @@ class ImportProgress:
         os.replace(temporary, path)
 
 
-def _numbered(f: BinaryIO, first_line: int) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number, offset after the line, line)`` of the lines from here on."""
+def _records(
+    name: str, f: BinaryIO, first_line: int
+) -> Iterator[tuple[int, int, OutgoingMessage, int]]:
+    """``(line number, offset after it, message, its size)`` of the lines from
+    here on; blank lines skipped."""
     offset = f.tell()
     number = first_line
     for line in f:
         number += 1
         offset += len(line)
-        yield number, offset, line
-
-
-def _records(name: str, f: BinaryIO, first_line: int) -> Iterator[tuple[int, int, Record, int]]:
-    """``(line number, offset after it, record, its size)``; blank lines skipped."""
-    for number, offset, line in _numbered(f, first_line):
         if not line.strip():
             continue
         try:
@@ -197,9 +192,8 @@ def _check(name: str, f: BinaryIO, first_line: int) -> int:
 
 def _post(client: QueueyClient, args: argparse.Namespace, name: str, batch: list) -> None:
     try:
-        client.post_batch(
-            args.queue, [record.outgoing(not args.ignore_partitions) for _, record in batch]
-        )
+        keep = not args.ignore_partitions
+        client.post_batch(args.queue, [m if keep else replace(m, partition=None) for _, m in batch])
     except BadRequest as exc:
         problems = []
         for field, message in exc.error_msg.items():
@@ -242,7 +236,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         client = stack.enter_context(connect(args))
         client.queue_info(args.queue)
         bar, task = stack.enter_context(progress_bar(f"import {args.queue}", total, args.quiet))
-        batch: list[tuple[int, Record]] = []
+        batch: list[tuple[int, OutgoingMessage]] = []
         size = 0
         position = (state.line, state.offset)
 
@@ -274,13 +268,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     state.done = True
     if state_path is not None:
         state.save(state_path)
-    if not args.quiet:
-        seconds = time.monotonic() - started
-        print(
-            f"imported {state.imported} message(s) into {args.queue} in {seconds:.1f}s",
-            file=sys.stderr,
-        )
-    return 0
+    return _done(args, started, f"imported {state.imported} message(s) into {args.queue}")
 
 
 def _seek_to(f: BinaryIO, state: ImportProgress, source: Path) -> None:
@@ -296,10 +284,7 @@ def _seek_to(f: BinaryIO, state: ImportProgress, source: Path) -> None:
 
 # -- the parsers ----------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    export = sub.add_parser(
-        "export", help="write a queue's messages as JSON lines", parents=[connection_parent()]
-    )
-    export.add_argument("queue", metavar="QUEUE")
+    export = remote_command(sub, "export", "write a queue's messages as JSON lines", cmd_export)
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="'-' for stdout")
     export.add_argument(
         "--resume", action="store_true", help="go on with a cut export of FILE instead of a new one"
@@ -308,12 +293,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--partition", type=positive, action="append", metavar="P", help="only these partitions"
     )
     export.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    export.set_defaults(func=cmd_export)
 
-    imp = sub.add_parser(
-        "import", help="post JSON lines (from export) to a queue", parents=[connection_parent()]
-    )
-    imp.add_argument("queue", metavar="QUEUE")
+    imp = remote_command(sub, "import", "post JSON lines (from export) to a queue", cmd_import)
     imp.add_argument("-i", "--input", required=True, metavar="FILE", help="'-' for stdin")
     imp.add_argument(
         "--batch-size",
@@ -333,4 +314,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="let the service place the messages instead of keeping their partitions",
     )
     imp.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    imp.set_defaults(func=cmd_import)
