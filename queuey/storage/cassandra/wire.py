@@ -5,11 +5,13 @@ queue and the ask, and gets deliveries, dead letters or receipt statuses back;
 this module turns each into plain dicts, lists, strings and ints and back,
 exactly (ids travel as 32 lowercase hex digits).
 
-Encoders write every field by name; decoders take exactly those names and
-check every value's type, raising :class:`ValueError` for anything else. The
-transport already authenticates its peer, but two processes of different
-versions (a rolling upgrade) must fail loudly on a field one of them does not
-know, rather than drop it silently.
+Each record has one table (a :class:`_Codec`): its fields' names, the check
+that decodes each and, where needed, its encoder. Encoders write every field
+by name; decoders take exactly those names and check every value's type,
+raising :class:`ValueError` for anything else. The transport already
+authenticates its peer, but two processes of different versions (a rolling
+upgrade) must fail loudly on a field one of them does not know, rather than
+drop it silently.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, get_args
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, get_args
 
 from queuey.model import (
     Consistency,
@@ -113,201 +116,151 @@ def _strs(value: Any, what: str) -> list[str]:
     return _list(value, what, _str)
 
 
-# -- queues ---------------------------------------------------------------------------
-_QUEUE: dict[str, Callable[[Any, str], Any]] = {
-    "application": _str,
-    "name": _str,
-    "partitions": _int,
-    "ttl": _int,
-    "type": _choice(_QUEUE_TYPES),
-    "consistency": _choice(_CONSISTENCIES),
-    "created": _int,
-    "incarnation": _str,
-    "visibility_timeout": _int,
-    "max_attempts": _int,
-    "dead_letter_queue": _optional_str,
-    "delay": _int,
-    "fifo": _bool,
-    "attributes": _str_map,
-}
-_QUEUE_NAMES = frozenset(_QUEUE)
+# -- the codec: one table of checks per record ------------------------------------------
+def _same(value: Any) -> Any:
+    return value
 
 
-def encode_queue(queue: QueueMeta) -> dict[str, Any]:
-    encoded = {name: getattr(queue, name) for name in _QUEUE}
-    encoded["attributes"] = dict(queue.attributes)
-    return encoded
+@dataclass(frozen=True)
+class _Codec(Generic[T]):
+    """A record's encoder and decoder from one table: each field's check (it
+    decodes) and, where the field is not JSON-safe as it is, its encoder."""
+
+    kind: Callable[..., T]
+    what: str
+    checks: Mapping[str, Callable[[Any, str], Any]]
+    encoders: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+
+    def encode(self, record: T) -> dict[str, Any]:
+        return {n: self.encoders.get(n, _same)(getattr(record, n)) for n in self.checks}
+
+    def decode(self, value: Any, what: str = "") -> T:
+        what = what or self.what
+        d = _fields(value, what, frozenset(self.checks))
+        return self.kind(**{n: check(d[n], f"{what}.{n}") for n, check in self.checks.items()})
+
+    def many(self, value: Any, what: str) -> list[T]:
+        return _list(value, what, self.decode)
 
 
-def decode_queue(value: Any) -> QueueMeta:
-    d = _fields(value, "queue", _QUEUE_NAMES)
-    return QueueMeta(**{name: check(d[name], f"queue.{name}") for name, check in _QUEUE.items()})
+def _hex(value: uuid.UUID) -> str:
+    return value.hex
 
 
-# -- messages, deliveries, dead letters -----------------------------------------------
-_MESSAGE = frozenset(("id", "timestamp", "partition", "body", "expires", "priority", "attributes"))
+def _optional_dict(value: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if value is None else dict(value)
 
 
-def encode_message(m: Message) -> dict[str, Any]:
-    return {
-        "id": m.id.hex,
-        "timestamp": m.timestamp,
-        "partition": m.partition,
-        "body": m.body,
-        "expires": m.expires,
-        "priority": m.priority,
-        "attributes": None if m.attributes is None else dict(m.attributes),
-    }
-
-
-def decode_message(value: Any, what: str = "message") -> Message:
-    d = _fields(value, what, _MESSAGE)
-    return Message(
-        id=_id(d["id"], f"{what}.id"),
-        timestamp=_int(d["timestamp"], f"{what}.timestamp"),
-        partition=_int(d["partition"], f"{what}.partition"),
-        body=_str(d["body"], f"{what}.body"),
-        expires=_int(d["expires"], f"{what}.expires"),
-        priority=_int(d["priority"], f"{what}.priority"),
-        attributes=_optional_str_map(d["attributes"], f"{what}.attributes"),
-    )
-
-
-_DELIVERY = frozenset(("message", "attempts", "receipt", "first_delivered"))
-_DEAD_LETTER = frozenset(("message", "attempts", "last_error", "claim", "generation"))
-
-
-def encode_delivery(d: Delivery) -> dict[str, Any]:
-    return {
-        "message": encode_message(d.message),
-        "attempts": d.attempts,
-        "receipt": d.receipt,
-        "first_delivered": d.first_delivered,
-    }
-
-
-def decode_delivery(value: Any, what: str = "delivery") -> Delivery:
-    d = _fields(value, what, _DELIVERY)
-    return Delivery(
-        message=decode_message(d["message"], f"{what}.message"),
-        attempts=_int(d["attempts"], f"{what}.attempts"),
-        receipt=_str(d["receipt"], f"{what}.receipt"),
-        first_delivered=_int(d["first_delivered"], f"{what}.first_delivered"),
-    )
-
-
-def encode_dead_letter(d: DeadLetter) -> dict[str, Any]:
-    return {
-        "message": encode_message(d.message),
-        "attempts": d.attempts,
-        "last_error": d.last_error,
-        "claim": d.claim,
-        "generation": d.generation,
-    }
-
-
-def decode_dead_letter(value: Any, what: str = "dead letter") -> DeadLetter:
-    d = _fields(value, what, _DEAD_LETTER)
-    return DeadLetter(
-        message=decode_message(d["message"], f"{what}.message"),
-        attempts=_int(d["attempts"], f"{what}.attempts"),
-        last_error=_str(d["last_error"], f"{what}.last_error"),
-        claim=_str(d["claim"], f"{what}.claim"),
-        generation=_str(d["generation"], f"{what}.generation"),
-    )
+# -- queues, messages, deliveries, dead letters ---------------------------------------
+QUEUE = _Codec(
+    QueueMeta,
+    "queue",
+    {
+        "application": _str,
+        "name": _str,
+        "partitions": _int,
+        "ttl": _int,
+        "type": _choice(_QUEUE_TYPES),
+        "consistency": _choice(_CONSISTENCIES),
+        "created": _int,
+        "incarnation": _str,
+        "visibility_timeout": _int,
+        "max_attempts": _int,
+        "dead_letter_queue": _optional_str,
+        "delay": _int,
+        "fifo": _bool,
+        "attributes": _str_map,
+    },
+    {"attributes": dict},
+)
+MESSAGE = _Codec(
+    Message,
+    "message",
+    {
+        "id": _id,
+        "timestamp": _int,
+        "partition": _int,
+        "body": _str,
+        "expires": _int,
+        "priority": _int,
+        "attributes": _optional_str_map,
+    },
+    {"id": _hex, "attributes": _optional_dict},
+)
+DELIVERY = _Codec(
+    Delivery,
+    "delivery",
+    {"message": MESSAGE.decode, "attempts": _int, "receipt": _str, "first_delivered": _int},
+    {"message": MESSAGE.encode},
+)
+DEAD_LETTER = _Codec(
+    DeadLetter,
+    "dead letter",
+    {
+        "message": MESSAGE.decode,
+        "attempts": _int,
+        "last_error": _str,
+        "claim": _str,
+        "generation": _str,
+    },
+    {"message": MESSAGE.encode},
+)
 
 
 def encode_dead_letters(letters: Sequence[DeadLetter]) -> list[dict[str, Any]]:
-    return [encode_dead_letter(d) for d in letters]
+    return [DEAD_LETTER.encode(d) for d in letters]
 
 
-def decode_dead_letters(value: Any) -> list[DeadLetter]:
-    return _list(value, "dead_letters", decode_dead_letter)
+def decode_dead_letters(value: Any, what: str = "dead_letters") -> list[DeadLetter]:
+    return DEAD_LETTER.many(value, what)
 
 
-def encode_reserved(r: Reserved) -> dict[str, Any]:
-    return {
-        "deliveries": [encode_delivery(d) for d in r.deliveries],
-        "dead_letters": encode_dead_letters(r.dead_letters),
-    }
-
-
-def decode_reserved(value: Any) -> Reserved:
-    d = _fields(value, "reserved", frozenset(("deliveries", "dead_letters")))
-    return Reserved(
-        deliveries=_list(d["deliveries"], "deliveries", decode_delivery),
-        dead_letters=decode_dead_letters(d["dead_letters"]),
-    )
-
+RESERVED = _Codec(
+    Reserved,
+    "reserved",
+    {"deliveries": DELIVERY.many, "dead_letters": decode_dead_letters},
+    {
+        "deliveries": lambda deliveries: [DELIVERY.encode(d) for d in deliveries],
+        "dead_letters": encode_dead_letters,
+    },
+)
 
 # -- asks -----------------------------------------------------------------------------
-_RESERVE = frozenset(
-    ("partitions", "limit", "visibility_timeout", "now_micros", "settled_micros", "max_in_flight")
+RESERVE_ASK = _Codec(
+    ReserveAsk,
+    "reserve ask",
+    {
+        "partitions": _ints,
+        "limit": _int,
+        "visibility_timeout": _int,
+        "now_micros": _int,
+        "settled_micros": _int,
+        "max_in_flight": _int,
+    },
+    {"partitions": list},
 )
-_RELEASE = frozenset(("receipts", "now_micros", "delay", "error"))
-_EXTEND = frozenset(("receipts", "now_micros", "visibility_timeout"))
+RELEASE_ASK = _Codec(
+    ReleaseAsk,
+    "release ask",
+    {"receipts": _strs, "now_micros": _int, "delay": _int, "error": _optional_str},
+    {"receipts": list},
+)
+EXTEND_ASK = _Codec(
+    ExtendAsk,
+    "extend ask",
+    {"receipts": _strs, "now_micros": _int, "visibility_timeout": _int},
+    {"receipts": list},
+)
+REF = _Codec(MessageRef, "ref", {"partition": _int, "id": _id}, {"id": _hex})
 
-
-def encode_reserve_ask(ask: ReserveAsk) -> dict[str, Any]:
-    return {
-        "partitions": list(ask.partitions),
-        "limit": ask.limit,
-        "visibility_timeout": ask.visibility_timeout,
-        "now_micros": ask.now_micros,
-        "settled_micros": ask.settled_micros,
-        "max_in_flight": ask.max_in_flight,
-    }
-
-
-def decode_reserve_ask(value: Any) -> ReserveAsk:
-    """A :class:`ReserveAsk` (its ``partitions`` a list)."""
-    d = _fields(value, "reserve ask", _RESERVE)
-    return ReserveAsk(
-        partitions=_ints(d["partitions"], "reserve ask.partitions"),
-        limit=_int(d["limit"], "reserve ask.limit"),
-        visibility_timeout=_int(d["visibility_timeout"], "reserve ask.visibility_timeout"),
-        now_micros=_int(d["now_micros"], "reserve ask.now_micros"),
-        settled_micros=_int(d["settled_micros"], "reserve ask.settled_micros"),
-        max_in_flight=_int(d["max_in_flight"], "reserve ask.max_in_flight"),
-    )
-
-
-def encode_release_ask(ask: ReleaseAsk) -> dict[str, Any]:
-    return {
-        "receipts": list(ask.receipts),
-        "now_micros": ask.now_micros,
-        "delay": ask.delay,
-        "error": ask.error,
-    }
-
-
-def decode_release_ask(value: Any) -> ReleaseAsk:
-    """A :class:`ReleaseAsk` (its ``receipts`` a list)."""
-    d = _fields(value, "release ask", _RELEASE)
-    return ReleaseAsk(
-        receipts=_strs(d["receipts"], "release ask.receipts"),
-        now_micros=_int(d["now_micros"], "release ask.now_micros"),
-        delay=_int(d["delay"], "release ask.delay"),
-        error=_optional_str(d["error"], "release ask.error"),
-    )
-
-
-def encode_extend_ask(ask: ExtendAsk) -> dict[str, Any]:
-    return {
-        "receipts": list(ask.receipts),
-        "now_micros": ask.now_micros,
-        "visibility_timeout": ask.visibility_timeout,
-    }
-
-
-def decode_extend_ask(value: Any) -> ExtendAsk:
-    """An :class:`ExtendAsk` (its ``receipts`` a list)."""
-    d = _fields(value, "extend ask", _EXTEND)
-    return ExtendAsk(
-        receipts=_strs(d["receipts"], "extend ask.receipts"),
-        now_micros=_int(d["now_micros"], "extend ask.now_micros"),
-        visibility_timeout=_int(d["visibility_timeout"], "extend ask.visibility_timeout"),
-    )
+encode_queue, decode_queue = QUEUE.encode, QUEUE.decode
+encode_message, decode_message = MESSAGE.encode, MESSAGE.decode
+encode_delivery, decode_delivery = DELIVERY.encode, DELIVERY.decode
+encode_dead_letter, decode_dead_letter = DEAD_LETTER.encode, DEAD_LETTER.decode
+encode_reserved, decode_reserved = RESERVED.encode, RESERVED.decode
+encode_reserve_ask, decode_reserve_ask = RESERVE_ASK.encode, RESERVE_ASK.decode
+encode_release_ask, decode_release_ask = RELEASE_ASK.encode, RELEASE_ASK.decode
+encode_extend_ask, decode_extend_ask = EXTEND_ASK.encode, EXTEND_ASK.decode
 
 
 # -- statuses, receipts and references ------------------------------------------------
@@ -330,13 +283,8 @@ def decode_receipts(value: Any) -> list[str]:
 
 
 def encode_refs(refs: Sequence[MessageRef]) -> list[dict[str, Any]]:
-    return [{"partition": r.partition, "id": r.id.hex} for r in refs]
-
-
-def _ref(value: Any, what: str) -> MessageRef:
-    d = _fields(value, what, frozenset(("partition", "id")))
-    return MessageRef(_int(d["partition"], f"{what}.partition"), _id(d["id"], f"{what}.id"))
+    return [REF.encode(r) for r in refs]
 
 
 def decode_refs(value: Any) -> list[MessageRef]:
-    return _list(value, "refs", _ref)
+    return REF.many(value, "refs")
