@@ -1,5 +1,6 @@
 """What every admin template may use: the signed-in application, flash
-messages, and formatting of counts, ages, times and message bodies."""
+messages, and formatting of counts, ages, times and message bodies; and what
+every admin view uses: its declaration, its form's fields and its answer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 from datetime import UTC, datetime
 
 from pyramid.events import BeforeRender
+from pyramid.httpexceptions import HTTPSeeOther
+from pyramid.view import view_config
 
+from queuey.core.access import Permission
 from queuey.ids import MICROS
 
 #: Longest body shown pretty-printed in full; longer ones are cut with a note.
@@ -62,6 +66,36 @@ def flow_limit(value: float | int) -> str:
     if isinstance(value, int):
         return str(value)
     return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def admin_view(route: str, method: str = "GET", template: str | None = None) -> view_config:
+    """A signed-in page's view (the application's ``MANAGE`` permission),
+    rendered with ``templates/<template>.jinja2``; a POST needs the form's
+    CSRF token."""
+    return view_config(
+        route_name=route,
+        request_method=method,
+        permission=Permission.MANAGE,
+        renderer=template and f"queuey.admin:templates/{template}.jinja2",
+        require_csrf=True if method == "POST" else None,
+    )
+
+
+def application_name(request) -> str:
+    return request.identity.application.name
+
+
+def filled(request, names) -> dict[str, str]:
+    """The form's non-empty fields among ``names`` (empty means "the default")."""
+    fields = request.admin_form
+    return {name: fields[name].strip() for name in names if fields.get(name, "").strip()}
+
+
+def done(request, message: str, route: str, queue: str = "", **params) -> HTTPSeeOther:
+    """Flash ``message`` (in the flash ``queue``) and send the browser to
+    ``route`` (``params``: its path's, and ``request.route_path``'s own)."""
+    request.session.flash(message, queue)
+    return HTTPSeeOther(location=request.route_path(route, **params))
 
 
 def add_globals(event: BeforeRender) -> None:
