@@ -7,6 +7,8 @@ page creates is one the API would have created from the same fields.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pyramid.httpexceptions import HTTPSeeOther
 
 from queuey.admin.chart import charts
@@ -26,6 +28,8 @@ MEASURE_ON_PAGE = 20
 #: The create form's fields, in the API's names: the name and every setting
 #: but the SQS attributes.
 QUEUE_FIELDS = ("queue_name", *(f for f in UPDATABLE_QUEUE_FIELDS if f != "attributes"))
+#: The create form's fields whose options the model lists.
+CHOICE_FIELDS = ("type", "consistency")
 #: Seconds since this process last throttled a queue for the list to say "throttled".
 THROTTLED_SECONDS = 60
 
@@ -100,6 +104,7 @@ def _new_queue_form(request, values=None, errors=None):
     return {
         "values": {**defaults, **(values or {})},
         "errors": errors or {},
+        "choices": {name: get_args(model_fields[name].annotation) for name in CHOICE_FIELDS},
         "max_partitions": request.services.settings.max_partitions,
     }
 

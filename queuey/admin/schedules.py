@@ -23,7 +23,7 @@ from queuey.core.messages import InvalidFields
 from queuey.core.schedules import ScheduleConflict, TooManySchedules
 from queuey.errors import ScheduleExists, ScheduleNotFound
 from queuey.ids import MICROS
-from queuey.model.schedules import NAME
+from queuey.model.schedules import MISSED_POLICIES, NAME
 from queuey.web.params import PayloadTooLarge
 
 #: The create form's fields about the schedule, in the API's names.
@@ -119,6 +119,7 @@ def page(request, values=None, errors=None, status: int = 200):
         "queues": [meta.name for meta in queues],
         "values": {"timezone": "UTC", "missed": "latest", "body": "{}", **(values or {})},
         "errors": errors or {},
+        "missed_policies": MISSED_POLICIES,
         "now": request.clock.now_micros() / MICROS,
         "zoned": zoned,
         "relative": relative,
