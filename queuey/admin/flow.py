@@ -16,26 +16,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyramid.events import BeforeRender, subscriber
-
-from queuey.admin.helpers import admin_view, done, flow_limit
+from queuey.admin.helpers import admin_view, done
 from queuey.admin.queues import queue_page
 from queuey.core.messages import InvalidFields
 from queuey.model.flow import limits_of
-from queuey.model.flowfield import FlowField, FlowRecord
+from queuey.model.flowfield import FlowField
 from queuey.web.params import PATTERN_WORDS, SUBSCRIPTION_PATTERN
 
 _SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
-
-
-def form_text(flow: FlowRecord) -> dict[str, str]:
-    """Each setting's value as its form field shows it (and reads it back)."""
-    return {
-        field.name: ("on" if value else "")
-        if field.kind == "flag"
-        else (value if field.kind == "choice" else flow_limit(value))
-        for field, value in flow.settings()
-    }
 
 
 def form_value(field: FlowField, text: str) -> Any:
@@ -75,16 +63,6 @@ def changed_fields(form, fields: tuple[FlowField, ...]) -> tuple[dict[str, Any],
         except ValueError as exc:
             errors[name] = str(exc)
     return given, errors
-
-
-@subscriber(BeforeRender)
-def add_flow_fields(event: BeforeRender) -> None:
-    """The flow forms' fields and values, for the queue page's template."""
-    if (event.get("renderer_name") or "").startswith("queuey.admin:"):
-        event.update(
-            flow_fields={r: limits_of(r) for r in ("queue", "subscription")},
-            flow_text=form_text,
-        )
 
 
 def subscription_of(request) -> str | None:

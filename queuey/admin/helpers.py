@@ -68,6 +68,10 @@ def flow_limit(value: float | int) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
+#: What every admin template may call to format a value, by its name.
+FORMATS = (age, when, epoch, pretty, count)
+
+
 def admin_view(route: str, method: str = "GET", template: str | None = None) -> view_config:
     """A signed-in page's view (the application's ``MANAGE`` permission),
     rendered with ``templates/<template>.jinja2``; a POST needs the form's
@@ -114,12 +118,7 @@ def add_globals(event: BeforeRender) -> None:
         application=application,
         flashes=request.session.pop_flash() if application is not None else [],
         flash_errors=request.session.pop_flash("error") if application is not None else [],
-        age=age,
-        when=when,
-        epoch=epoch,
-        pretty=pretty,
-        count=count,
-        flow_limit=flow_limit,
+        **{format.__name__: format for format in FORMATS},
     )
 
 

@@ -12,11 +12,11 @@ from typing import get_args
 from pyramid.httpexceptions import HTTPSeeOther
 
 from queuey.admin.chart import charts
-from queuey.admin.helpers import admin_view, application_name, done, filled
+from queuey.admin.helpers import admin_view, application_name, done, filled, flow_limit
 from queuey.core.queues import InvalidQueue, queue_from
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
-from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
+from queuey.model.flow import NO_SUBSCRIPTION_FLOW, limits_of, queue_flow, subscription_flows
 from queuey.model.flowfield import FlowRecord
 from queuey.web.params import InvalidParameters, query, validate
 
@@ -48,6 +48,17 @@ def _limits_set(flow: FlowRecord) -> list[str]:
         for field, value in flow.settings()
         if value and not (field.switch or field.bucket_of or field.kind == "choice")
     ]
+
+
+def form_text(flow: FlowRecord) -> dict[str, str]:
+    """Each setting's value as its flow form field shows it (and
+    :mod:`queuey.admin.flow` reads it back)."""
+    return {
+        field.name: ("on" if value else "")
+        if field.kind == "flag"
+        else (value if field.kind == "choice" else flow_limit(value))
+        for field, value in flow.settings()
+    }
 
 
 def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
@@ -153,6 +164,8 @@ def queue_page(request, meta: QueueMeta, **extra):
         "subscription_flows": [(n, flows.get(n, NO_SUBSCRIPTION_FLOW)) for n in sorted(named)],
         "flow_form": extra.get("flow_form", {}),
         "flow_errors": extra.get("flow_errors", {}),
+        "flow_fields": {resource: limits_of(resource) for resource in ("queue", "subscription")},
+        "flow_text": form_text,
         "charts": charts(history, now),
         "now": now,
         "post": extra.get("post", {"body": '{\n  "hello": "world"\n}'}),
