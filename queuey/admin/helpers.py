@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from pyramid.events import BeforeRender
 from pyramid.httpexceptions import HTTPSeeOther
@@ -68,8 +69,29 @@ def flow_limit(value: float | int) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
+def zoned(epoch: int | None, zone: str) -> str:
+    """A tick's wall-clock time in ``zone`` (``-`` for none)."""
+    if epoch is None:
+        return "-"
+    try:
+        tz = ZoneInfo(zone)
+    except (KeyError, ValueError):  # stored before a tzdata change removed the zone
+        tz = ZoneInfo("UTC")
+    return datetime.fromtimestamp(epoch, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def relative(epoch: int | None, now: float) -> str:
+    """``in 3 min``, ``42 s ago``, ``now`` (empty for none)."""
+    if epoch is None:
+        return ""
+    seconds = epoch - now
+    if abs(seconds) < 1:
+        return "now"
+    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
+
+
 #: What every admin template may call to format a value, by its name.
-FORMATS = (age, when, epoch, pretty, count)
+FORMATS = (age, when, epoch, zoned, relative, pretty, count)
 
 
 def admin_view(route: str, method: str = "GET", template: str | None = None) -> view_config:

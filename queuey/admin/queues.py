@@ -132,10 +132,7 @@ def create_queue(request):
         params = validate(request.models.create_queue, given)
         now = request.clock.now_micros()
         meta = request.services.queues.create(queue_from(params, application_name(request), now))
-    except (InvalidParameters, InvalidQueue) as exc:
-        request.response.status = 400
-        return _new_queue_form(request, given, exc.errors)
-    except QueueExists as exc:
+    except (InvalidParameters, InvalidQueue, QueueExists) as exc:  # 400, 400, 409
         request.response.status = exc.status
         return _new_queue_form(request, given, exc.errors_by_field())
     request.services.overview.refresh(meta)

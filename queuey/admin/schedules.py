@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
 from queuey import jsonio
 from queuey.admin.errors import refusal_page
-from queuey.admin.helpers import admin_view, age, application_name, done
+from queuey.admin.helpers import admin_view, application_name, done
 from queuey.core import cron
 from queuey.core.messages import InvalidFields
 from queuey.core.schedules import ScheduleConflict, TooManySchedules
@@ -88,27 +86,6 @@ def form_field(key: str) -> str:
     return key.removeprefix("message.").removeprefix("message").lstrip(".") or "body"
 
 
-def zoned(epoch: int | None, zone: str) -> str:
-    """A tick's wall-clock time in ``zone`` (``-`` for none)."""
-    if epoch is None:
-        return "-"
-    try:
-        tz = ZoneInfo(zone)
-    except (KeyError, ValueError):  # stored before a tzdata change removed the zone
-        tz = ZoneInfo("UTC")
-    return datetime.fromtimestamp(epoch, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def relative(epoch: int | None, now: float) -> str:
-    """``in 3 min``, ``42 s ago``, ``now`` (empty for none)."""
-    if epoch is None:
-        return ""
-    seconds = epoch - now
-    if abs(seconds) < 1:
-        return "now"
-    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
-
-
 def page(request, values=None, errors=None, status: int = 200):
     """The page's values: every schedule, and the create form (kept when refused)."""
     app = application_name(request)
@@ -121,8 +98,6 @@ def page(request, values=None, errors=None, status: int = 200):
         "errors": errors or {},
         "missed_policies": MISSED_POLICIES,
         "now": request.clock.now_micros() / MICROS,
-        "zoned": zoned,
-        "relative": relative,
         "confirm": None,
     }
 
@@ -190,7 +165,7 @@ def pause_or_resume(request, name: str):
 def confirm_page(request, name: str, error: str | None = None, status: int = 200):
     schedule = request.services.schedules.get(application_name(request), name)
     request.response.status = status
-    return {"confirm": schedule, "error": error, "zoned": zoned, "relative": relative}
+    return {"confirm": schedule, "error": error}
 
 
 @admin_view("admin.schedule_delete", template="schedules")
