@@ -29,42 +29,28 @@ from queuey.server import maybe_one_of_several, shared_session_secret
 from queuey.web.bodies import add_body_limit
 from queuey.web.security import use_session_sign_ins
 
+#: The routes' contexts (:mod:`queuey.admin.resources`).
+_ADMIN = "queuey.admin.resources.AdminContext"
+_QUEUE = "queuey.admin.resources.AdminQueueContext"
 #: name, pattern, context factory. Every admin route starts with ``admin.``.
 ROUTES = [
     ("admin.signin", "/admin/signin", "queuey.admin.resources.SignInContext"),
-    ("admin.signout", "/admin/signout", "queuey.admin.resources.AdminContext"),
-    ("admin.queues", "/admin/", "queuey.admin.resources.AdminContext"),
-    ("admin.new_queue", "/admin/new", "queuey.admin.resources.AdminContext"),
-    ("admin.groups", "/admin/groups", "queuey.admin.resources.AdminContext"),
-    ("admin.queue", "/admin/queue/{name}", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.measure", "/admin/queue/{name}/measure", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.messages", "/admin/queue/{name}/messages", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.post", "/admin/queue/{name}/post", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.purge", "/admin/queue/{name}/purge", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.delete", "/admin/queue/{name}/delete", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.dead", "/admin/queue/{name}/dead", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.redrive", "/admin/queue/{name}/redrive", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.flow", "/admin/queue/{name}/flow", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.pause", "/admin/queue/{name}/pause", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.resume", "/admin/queue/{name}/resume", "queuey.admin.resources.AdminQueueContext"),
-    ("admin.schedules", "/admin/schedules", "queuey.admin.resources.AdminContext"),
-    (
-        "admin.schedule_pause",
-        "/admin/schedules/{schedule}/pause",
-        "queuey.admin.resources.AdminContext",
+    ("admin.signout", "/admin/signout", _ADMIN),
+    ("admin.queues", "/admin/", _ADMIN),
+    ("admin.new_queue", "/admin/new", _ADMIN),
+    ("admin.groups", "/admin/groups", _ADMIN),
+    ("admin.queue", "/admin/queue/{name}", _QUEUE),
+    *(
+        (f"admin.{page}", f"/admin/queue/{{name}}/{page}", _QUEUE)
+        for page in "measure messages post purge delete dead redrive flow pause resume".split()
     ),
-    (
-        "admin.schedule_resume",
-        "/admin/schedules/{schedule}/resume",
-        "queuey.admin.resources.AdminContext",
-    ),
-    (
-        "admin.schedule_delete",
-        "/admin/schedules/{schedule}/delete",
-        "queuey.admin.resources.AdminContext",
+    ("admin.schedules", "/admin/schedules", _ADMIN),
+    *(
+        (f"admin.schedule_{action}", f"/admin/schedules/{{schedule}}/{action}", _ADMIN)
+        for action in ("pause", "resume", "delete")
     ),
     # Last: any other path under /admin gets the HTML 404 page, not the API's JSON.
-    ("admin.unknown", "/admin/*rest", "queuey.admin.resources.AdminContext"),
+    ("admin.unknown", "/admin/*rest", _ADMIN),
 ]
 
 
@@ -82,12 +68,10 @@ def includeme(config) -> None:
     use_session_sign_ins(config, SignIns(secret))
     # request.admin_form: a POSTed form's fields (queuey.app.QueueyRequest),
     # at most queuey.max_form_size, but the message form's, which carries a
-    # message (percent-encoding takes up to 3 bytes a byte).
-    add_body_limit(config, "admin.post", 3 * settings.max_message_size + settings.max_form_size)
-    # The new-schedule form carries its message's body too.
-    add_body_limit(
-        config, "admin.schedules", 3 * settings.max_message_size + settings.max_form_size
-    )
+    # message (percent-encoding takes up to 3 bytes a byte), and the
+    # new-schedule form's, which carries its message's body too.
+    for route in ("admin.post", "admin.schedules"):
+        add_body_limit(config, route, 3 * settings.max_message_size + settings.max_form_size)
 
     config.include("pyramid_jinja2")
     config.add_static_view("admin/static", "queuey.admin:static", cache_max_age=3600)

@@ -6,18 +6,11 @@ when ``queuey.zookeeper.hosts`` is not set, and the page says so).
 
 from __future__ import annotations
 
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
+from queuey.admin.helpers import admin_view
 from queuey.core.consumergroups import GroupsUnavailable
 
 
-@view_config(
-    route_name="admin.groups",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/groups.jinja2",
-)
+@admin_view("admin.groups", template="groups")
 def groups(request):
     source = request.services.groups
     if source is None:

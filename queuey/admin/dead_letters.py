@@ -9,15 +9,12 @@ through :meth:`queuey.core.workqueues.WorkQueues.redrive`, as the API's
 
 from __future__ import annotations
 
-from pyramid.httpexceptions import HTTPSeeOther
-from pyramid.view import view_config
-
-from queuey.admin.messages import PAGE, read_page
-from queuey.core.access import Permission
+from queuey.admin.helpers import admin_view, done, filled
+from queuey.admin.messages import browsed
+from queuey.admin.queues import figures_of
 from queuey.errors import QueueNotFound
 from queuey.model.work import own_attributes
-from queuey.web.params import InvalidParameters, query, validate
-from queuey.web.responses import timestamp_json
+from queuey.web.params import InvalidParameters, validate
 
 
 def _dead_queue(request, meta):
@@ -27,59 +24,41 @@ def _dead_queue(request, meta):
         return None
 
 
-@view_config(
-    route_name="admin.dead",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/dead_letters.jinja2",
-)
+@admin_view("admin.dead", template="dead_letters")
 def dead_letters(request):
     meta = request.context.meta
     dead = _dead_queue(request, meta)
-    before = query(request).get("before") or None
-    letters = read_page(request, dead, before) if dead is not None else []
-    figures = None
-    if dead is not None:
-        overview = request.services.overview
-        figures = overview.figures(dead.application, dead.name) or overview.refresh(dead)
+    letters, before, older = browsed(request, dead)
     return {
         "meta": meta,
         "dead": dead,
-        "dead_figures": figures,
+        "dead_figures": figures_of(request, dead) if dead is not None else None,
         "letters": [(letter, own_attributes(letter)) for letter in letters],
         "before": before,
-        "older": timestamp_json(letters[-1].timestamp) if len(letters) == PAGE else None,
-        "limit_error": None,
+        "older": older,
     }
 
 
-@view_config(
-    route_name="admin.redrive",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
+@admin_view("admin.redrive", "POST")
 def redrive(request):
     meta = request.context.meta
-    target = request.route_path("admin.dead", name=meta.name)
-    given = request.admin_form.get("limit", "").strip()
     try:
-        params = validate(request.models.redrive, {"limit": given} if given else {})
+        params = validate(request.models.redrive, filled(request, ("limit",)))
     except InvalidParameters as exc:
-        request.session.flash(f"Nothing moved: limit {exc.errors.get('limit', exc)}.", "error")
-        return HTTPSeeOther(location=target)
+        said = f"Nothing moved: limit {exc.errors.get('limit', exc)}."
+        return done(request, said, "admin.dead", "error", name=meta.name)
     dead = _dead_queue(request, meta)
     if dead is None:
-        request.session.flash("There are no dead letters to move.", "error")
-        return HTTPSeeOther(location=target)
+        said = "There are no dead letters to move."
+        return done(request, said, "admin.dead", "error", name=meta.name)
     result = request.services.workqueues.redrive(dead, params.limit)
     overview = request.services.overview
     overview.refresh(dead)
     overview.refresh(meta)
-    request.session.flash(
+    for message_id, reason in list(result.skipped.items())[:10]:
+        request.session.flash(f"Kept {message_id}: {reason}.", "error")
+    said = (
         f"Redrive: {result.moved} moved back, {result.reposted} posted anew, "
         f"{len(result.skipped)} left in place."
     )
-    for message_id, reason in list(result.skipped.items())[:10]:
-        request.session.flash(f"Kept {message_id}: {reason}.", "error")
-    return HTTPSeeOther(location=target)
+    return done(request, said, "admin.dead", name=meta.name)

@@ -22,6 +22,7 @@ from pyramid.exceptions import BadCSRFToken
 from pyramid.httpexceptions import HTTPException, HTTPForbidden, HTTPNotFound, HTTPSeeOther
 from pyramid.renderers import render_to_response
 
+from queuey.core.refusals import FlowRefused
 from queuey.errors import Catalogued, StorageUnavailable
 from queuey.web.security import Refused
 
@@ -63,7 +64,8 @@ class Page:
 _BAD_REQUEST = Page("Bad request")
 _FLOW = Page("Refused by flow control", "{exc}.")
 
-#: Every entry of :data:`queuey.errors.CATALOGUE`, by name, as a page.
+#: Every entry of :data:`queuey.errors.CATALOGUE`, by name, as a page (each
+#: flow-control refusal's, a :class:`~queuey.core.refusals.FlowRefused`, alike).
 PAGES: dict[str, Page] = {
     "invalid_parameters": _BAD_REQUEST,
     "invalid_json": _BAD_REQUEST,
@@ -83,14 +85,7 @@ PAGES: dict[str, Page] = {
         "This application is over its request rate; try again in {exc.retry_after} s.",
     ),
     "too_many_queues": Page("Queue limit reached"),
-    "queue_paused": _FLOW,
-    "rate_limited": _FLOW,
-    "queue_full": _FLOW,
-    "quota_exceeded": _FLOW,
-    "priority_on_fair_queue": _FLOW,
-    "batch_over_burst": _FLOW,
-    "too_many_subscriptions": _FLOW,
-    "table_full": _FLOW,
+    **dict.fromkeys((refusal.entry.name for refusal in FlowRefused.__subclasses__()), _FLOW),
     "storage_unavailable": Page(
         "Storage unavailable",
         "The message store did not answer. Nothing more was changed; try again shortly.",

@@ -16,29 +16,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyramid.events import BeforeRender, subscriber
-from pyramid.httpexceptions import HTTPSeeOther
-from pyramid.view import view_config
-
-from queuey.admin.helpers import flow_limit
+from queuey.admin.helpers import admin_view, done
 from queuey.admin.queues import queue_page
-from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields
 from queuey.model.flow import limits_of
-from queuey.model.flowfield import FlowField, FlowRecord
+from queuey.model.flowfield import FlowField
 from queuey.web.params import PATTERN_WORDS, SUBSCRIPTION_PATTERN
 
 _SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
-
-
-def form_text(flow: FlowRecord) -> dict[str, str]:
-    """Each setting's value as its form field shows it (and reads it back)."""
-    return {
-        field.name: ("on" if value else "")
-        if field.kind == "flag"
-        else (value if field.kind == "choice" else flow_limit(value))
-        for field, value in flow.settings()
-    }
 
 
 def form_value(field: FlowField, text: str) -> Any:
@@ -80,16 +65,6 @@ def changed_fields(form, fields: tuple[FlowField, ...]) -> tuple[dict[str, Any],
     return given, errors
 
 
-@subscriber(BeforeRender)
-def add_flow_fields(event: BeforeRender) -> None:
-    """The flow forms' fields and values, for the queue page's template."""
-    if (event.get("renderer_name") or "").startswith("queuey.admin:"):
-        event.update(
-            flow_fields={r: limits_of(r) for r in ("queue", "subscription")},
-            flow_text=form_text,
-        )
-
-
 def subscription_of(request) -> str | None:
     """The form's ``subscription`` (None: the queue's own settings), checked."""
     name = request.admin_form.get("subscription", "").strip()
@@ -100,18 +75,12 @@ def subscription_of(request) -> str | None:
     return name
 
 
-def _back(request):
-    meta = request.context.meta
-    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name) + "#flow")
+def _back(request, message: str, queue: str = ""):
+    name = request.context.meta.name
+    return done(request, message, "admin.queue", queue, name=name, _anchor="flow")
 
 
-@view_config(
-    route_name="admin.flow",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queue.jinja2",
-    require_csrf=True,
-)
+@admin_view("admin.flow", "POST", "queue")
 def change_limits(request):
     meta = request.context.meta
     form = request.admin_form
@@ -136,41 +105,27 @@ def change_limits(request):
         return queue_page(request, meta, flow_form={**shown, **values}, flow_errors=exc.errors)
     whose = f"subscription {subscription}" if subscription else f"queue {meta.name}"
     if given:
-        request.session.flash(f"Changed the flow limits of {whose}: {', '.join(sorted(given))}.")
-    else:
-        request.session.flash(f"Nothing changed in the flow limits of {whose}.")
-    return _back(request)
+        return _back(request, f"Changed the flow limits of {whose}: {', '.join(sorted(given))}.")
+    return _back(request, f"Nothing changed in the flow limits of {whose}.")
 
 
-@view_config(
-    route_name="admin.pause",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
-@view_config(
-    route_name="admin.resume",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
+@admin_view("admin.pause", "POST")
+@admin_view("admin.resume", "POST")
 def pause_or_resume(request):
     meta = request.context.meta
     pausing = request.matched_route.name == "admin.pause"
     try:
         subscription = subscription_of(request)
     except InvalidFields as exc:
-        request.session.flash("; ".join(exc.errors.values()), "error")
-        return _back(request)
+        return _back(request, "; ".join(exc.errors.values()), "error")
     settings = request.services.flow_settings
     (settings.pause if pausing else settings.resume)(meta, subscription)
     if subscription is None and pausing:
-        done = f"Paused posting to queue {meta.name}: posts are refused until resumed."
+        said = f"Paused posting to queue {meta.name}: posts are refused until resumed."
     elif subscription is None:
-        done = f"Resumed posting to queue {meta.name}."
+        said = f"Resumed posting to queue {meta.name}."
     elif pausing:
-        done = f"Paused subscription {subscription}: it hands out nothing until resumed."
+        said = f"Paused subscription {subscription}: it hands out nothing until resumed."
     else:
-        done = f"Resumed subscription {subscription}."
-    request.session.flash(done)
-    return _back(request)
+        said = f"Resumed subscription {subscription}."
+    return _back(request, said)

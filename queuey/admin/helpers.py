@@ -1,13 +1,18 @@
 """What every admin template may use: the signed-in application, flash
-messages, and formatting of counts, ages, times and message bodies."""
+messages, and formatting of counts, ages, times and message bodies; and what
+every admin view uses: its declaration, its form's fields and its answer."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from pyramid.events import BeforeRender
+from pyramid.httpexceptions import HTTPSeeOther
+from pyramid.view import view_config
 
+from queuey.core.access import Permission
 from queuey.ids import MICROS
 
 #: Longest body shown pretty-printed in full; longer ones are cut with a note.
@@ -64,6 +69,61 @@ def flow_limit(value: float | int) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
+def zoned(epoch: int | None, zone: str) -> str:
+    """A tick's wall-clock time in ``zone`` (``-`` for none)."""
+    if epoch is None:
+        return "-"
+    try:
+        tz = ZoneInfo(zone)
+    except (KeyError, ValueError):  # stored before a tzdata change removed the zone
+        tz = ZoneInfo("UTC")
+    return datetime.fromtimestamp(epoch, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def relative(epoch: int | None, now: float) -> str:
+    """``in 3 min``, ``42 s ago``, ``now`` (empty for none)."""
+    if epoch is None:
+        return ""
+    seconds = epoch - now
+    if abs(seconds) < 1:
+        return "now"
+    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
+
+
+#: What every admin template may call to format a value, by its name.
+FORMATS = (age, when, epoch, zoned, relative, pretty, count)
+
+
+def admin_view(route: str, method: str = "GET", template: str | None = None) -> view_config:
+    """A signed-in page's view (the application's ``MANAGE`` permission),
+    rendered with ``templates/<template>.jinja2``; a POST needs the form's
+    CSRF token."""
+    return view_config(
+        route_name=route,
+        request_method=method,
+        permission=Permission.MANAGE,
+        renderer=template and f"queuey.admin:templates/{template}.jinja2",
+        require_csrf=True if method == "POST" else None,
+    )
+
+
+def application_name(request) -> str:
+    return request.identity.application.name
+
+
+def filled(request, names) -> dict[str, str]:
+    """The form's non-empty fields among ``names`` (empty means "the default")."""
+    fields = request.admin_form
+    return {name: fields[name].strip() for name in names if fields.get(name, "").strip()}
+
+
+def done(request, message: str, route: str, queue: str = "", **params) -> HTTPSeeOther:
+    """Flash ``message`` (in the flash ``queue``) and send the browser to
+    ``route`` (``params``: its path's, and ``request.route_path``'s own)."""
+    request.session.flash(message, queue)
+    return HTTPSeeOther(location=request.route_path(route, **params))
+
+
 def add_globals(event: BeforeRender) -> None:
     renderer = event.get("renderer_name") or ""
     if not renderer.startswith("queuey.admin:"):
@@ -80,12 +140,7 @@ def add_globals(event: BeforeRender) -> None:
         application=application,
         flashes=request.session.pop_flash() if application is not None else [],
         flash_errors=request.session.pop_flash("error") if application is not None else [],
-        age=age,
-        when=when,
-        epoch=epoch,
-        pretty=pretty,
-        count=count,
-        flow_limit=flow_limit,
+        **{format.__name__: format for format in FORMATS},
     )
 
 

@@ -14,12 +14,9 @@ any other.
 
 from __future__ import annotations
 
-from pyramid.httpexceptions import HTTPSeeOther
-from pyramid.view import view_config
-
 from queuey import ids, jsonio
+from queuey.admin.helpers import admin_view, done, filled
 from queuey.admin.queues import queue_page
-from queuey.core.access import Permission
 from queuey.core.flow import FlowRefused
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.model import ReadQuery
@@ -56,36 +53,26 @@ def read_page(request, meta, before: str | None, limit: int = PAGE):
     )
 
 
-@view_config(
-    route_name="admin.messages",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/messages.jinja2",
-)
-def browse(request):
-    meta = request.context.meta
+def browsed(request, meta) -> tuple[list, str | None, str | None]:
+    """The page of ``meta``'s messages the query's ``before`` asks for (none
+    when there is no such queue), that ``before``, and the next page's."""
     before = query(request).get("before") or None
-    messages = read_page(request, meta, before)
-    return {
-        "meta": meta,
-        "messages": messages,
-        "before": before,
-        "older": timestamp_json(messages[-1].timestamp) if len(messages) == PAGE else None,
-    }
+    found = read_page(request, meta, before) if meta is not None else []
+    return found, before, timestamp_json(found[-1].timestamp) if len(found) == PAGE else None
 
 
-@view_config(
-    route_name="admin.post",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queue.jinja2",
-    require_csrf=True,
-)
+@admin_view("admin.messages", template="messages")
+def browse(request):
+    messages, before, older = browsed(request, request.context.meta)
+    return {"meta": request.context.meta, "messages": messages, "before": before, "older": older}
+
+
+@admin_view("admin.post", "POST", "queue")
 def post_message(request):
     meta = request.context.meta
     settings = request.services.settings
     form = {name: request.admin_form.get(name, "") for name in ("body", *PLACEMENT_FIELDS)}
-    given = {name: form[name].strip() for name in PLACEMENT_FIELDS if form[name].strip()}
+    given = filled(request, PLACEMENT_FIELDS)
     try:
         raw = form["body"].encode("utf-8")
         if len(raw) > settings.max_message_size:
@@ -109,7 +96,7 @@ def post_message(request):
         return queue_page(request, meta, post=form, post_errors={exc.field: str(exc)})
     else:
         request.services.overview.refresh(meta)
-        request.session.flash(f"Posted message {stored.id.hex} to partition {stored.partition}.")
-        return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+        said = f"Posted message {stored.id.hex} to partition {stored.partition}."
+        return done(request, said, "admin.queue", name=meta.name)
     request.response.status = 400
     return queue_page(request, meta, post=form, post_errors=errors)

@@ -7,15 +7,16 @@ page creates is one the API would have created from the same fields.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from pyramid.httpexceptions import HTTPSeeOther
-from pyramid.view import view_config
 
 from queuey.admin.chart import charts
-from queuey.core.access import Permission
+from queuey.admin.helpers import admin_view, application_name, done, filled, flow_limit
 from queuey.core.queues import InvalidQueue, queue_from
 from queuey.errors import QueueExists, QueueNotFound
 from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
-from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
+from queuey.model.flow import NO_SUBSCRIPTION_FLOW, limits_of, queue_flow, subscription_flows
 from queuey.model.flowfield import FlowRecord
 from queuey.web.params import InvalidParameters, query, validate
 
@@ -27,12 +28,10 @@ MEASURE_ON_PAGE = 20
 #: The create form's fields, in the API's names: the name and every setting
 #: but the SQS attributes.
 QUEUE_FIELDS = ("queue_name", *(f for f in UPDATABLE_QUEUE_FIELDS if f != "attributes"))
+#: The create form's fields whose options the model lists.
+CHOICE_FIELDS = ("type", "consistency")
 #: Seconds since this process last throttled a queue for the list to say "throttled".
 THROTTLED_SECONDS = 60
-
-
-def application_name(request) -> str:
-    return request.identity.application.name
 
 
 def figures_of(request, meta: QueueMeta):
@@ -49,6 +48,17 @@ def _limits_set(flow: FlowRecord) -> list[str]:
         for field, value in flow.settings()
         if value and not (field.switch or field.bucket_of or field.kind == "choice")
     ]
+
+
+def form_text(flow: FlowRecord) -> dict[str, str]:
+    """Each setting's value as its flow form field shows it (and
+    :mod:`queuey.admin.flow` reads it back)."""
+    return {
+        field.name: ("on" if value else "")
+        if field.kind == "flag"
+        else (value if field.kind == "choice" else flow_limit(value))
+        for field, value in flow.settings()
+    }
 
 
 def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
@@ -69,18 +79,7 @@ def flow_state(request, meta: QueueMeta) -> dict[str, list[str]]:
     return {"paused": paused, "limits": limits, "throttled": ["throttled"] if throttled else []}
 
 
-def filled(request, names) -> dict[str, str]:
-    """The form's non-empty fields among ``names`` (empty means "the default")."""
-    fields = request.admin_form
-    return {name: fields[name].strip() for name in names if fields.get(name, "").strip()}
-
-
-@view_config(
-    route_name="admin.queues",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queues.jinja2",
-)
+@admin_view("admin.queues", template="queues")
 def queue_list(request):
     app = application_name(request)
     after = query(request).get("after") or None
@@ -116,44 +115,28 @@ def _new_queue_form(request, values=None, errors=None):
     return {
         "values": {**defaults, **(values or {})},
         "errors": errors or {},
+        "choices": {name: get_args(model_fields[name].annotation) for name in CHOICE_FIELDS},
         "max_partitions": request.services.settings.max_partitions,
     }
 
 
-@view_config(
-    route_name="admin.new_queue",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queue_new.jinja2",
-)
+@admin_view("admin.new_queue", template="queue_new")
 def new_queue_form(request):
     return _new_queue_form(request)
 
 
-@view_config(
-    route_name="admin.new_queue",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queue_new.jinja2",
-    require_csrf=True,
-)
+@admin_view("admin.new_queue", "POST", "queue_new")
 def create_queue(request):
     given = filled(request, QUEUE_FIELDS)
     try:
         params = validate(request.models.create_queue, given)
         now = request.clock.now_micros()
         meta = request.services.queues.create(queue_from(params, application_name(request), now))
-    except (InvalidParameters, InvalidQueue) as exc:
-        request.response.status = 400
-        return _new_queue_form(request, given, exc.errors)
-    except QueueExists:
-        request.response.status = 409
-        return _new_queue_form(
-            request, given, {"queue_name": f"a queue named {given['queue_name']} exists already"}
-        )
+    except (InvalidParameters, InvalidQueue, QueueExists) as exc:  # 400, 400, 409
+        request.response.status = exc.status
+        return _new_queue_form(request, given, exc.errors_by_field())
     request.services.overview.refresh(meta)
-    request.session.flash(f"Created queue {meta.name}.")
-    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
+    return done(request, f"Created queue {meta.name}.", "admin.queue", name=meta.name)
 
 
 def queue_page(request, meta: QueueMeta, **extra):
@@ -178,6 +161,8 @@ def queue_page(request, meta: QueueMeta, **extra):
         "subscription_flows": [(n, flows.get(n, NO_SUBSCRIPTION_FLOW)) for n in sorted(named)],
         "flow_form": extra.get("flow_form", {}),
         "flow_errors": extra.get("flow_errors", {}),
+        "flow_fields": {resource: limits_of(resource) for resource in ("queue", "subscription")},
+        "flow_text": form_text,
         "charts": charts(history, now),
         "now": now,
         "post": extra.get("post", {"body": '{\n  "hello": "world"\n}'}),
@@ -185,22 +170,12 @@ def queue_page(request, meta: QueueMeta, **extra):
     }
 
 
-@view_config(
-    route_name="admin.queue",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/queue.jinja2",
-)
+@admin_view("admin.queue", template="queue")
 def queue_detail(request):
     return queue_page(request, request.context.meta)
 
 
-@view_config(
-    route_name="admin.measure",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
+@admin_view("admin.measure", "POST")
 def measure(request):
     meta = request.context.meta
     request.services.overview.refresh(meta)
@@ -212,57 +187,26 @@ def _confirm(request, action: str, error: str | None = None):
     return {"meta": meta, "figures": figures_of(request, meta), "action": action, "error": error}
 
 
-def _confirmed(request) -> bool:
-    return request.admin_form.get("confirm", "") == request.context.meta.name
-
-
-@view_config(
-    route_name="admin.purge",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/confirm.jinja2",
-)
-@view_config(
-    route_name="admin.delete",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/confirm.jinja2",
-)
+@admin_view("admin.purge", template="confirm")
+@admin_view("admin.delete", template="confirm")
 def confirm_form(request):
     return _confirm(request, request.matched_route.name.removeprefix("admin."))
 
 
-@view_config(
-    route_name="admin.purge",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/confirm.jinja2",
-    require_csrf=True,
-)
-def purge(request):
+@admin_view("admin.purge", "POST", "confirm")
+@admin_view("admin.delete", "POST", "confirm")
+def purge_or_delete(request):
     meta = request.context.meta
-    if not _confirmed(request):
+    action = request.matched_route.name.removeprefix("admin.")
+    if request.admin_form.get("confirm", "") != meta.name:
         request.response.status = 400
-        return _confirm(request, "purge", "Type the queue's name to confirm.")
-    request.services.queues.purge(meta)
-    request.services.overview.refresh(request.services.queues.get(meta.application, meta.name))
-    request.session.flash(f"Purged queue {meta.name}: its messages are gone.")
-    return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
-
-
-@view_config(
-    route_name="admin.delete",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer="queuey.admin:templates/confirm.jinja2",
-    require_csrf=True,
-)
-def delete(request):
-    meta = request.context.meta
-    if not _confirmed(request):
-        request.response.status = 400
-        return _confirm(request, "delete", "Type the queue's name to confirm.")
-    request.services.queues.delete(meta)
-    request.services.overview.forget(meta.application, meta.name)
-    request.session.flash(f"Deleted queue {meta.name}.")
-    return HTTPSeeOther(location=request.route_path("admin.queues"))
+        return _confirm(request, action, "Type the queue's name to confirm.")
+    queues, overview = request.services.queues, request.services.overview
+    if action == "purge":
+        queues.purge(meta)
+        overview.refresh(queues.get(meta.application, meta.name))
+        said = f"Purged queue {meta.name}: its messages are gone."
+        return done(request, said, "admin.queue", name=meta.name)
+    queues.delete(meta)
+    overview.forget(meta.application, meta.name)
+    return done(request, f"Deleted queue {meta.name}.", "admin.queues")

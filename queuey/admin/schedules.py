@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import datetime
-from zoneinfo import ZoneInfo
-
-from pyramid.httpexceptions import HTTPSeeOther
-from pyramid.view import view_config
 
 from queuey import jsonio
-from queuey.admin.errors import error_page
-from queuey.admin.helpers import age
+from queuey.admin.errors import refusal_page
+from queuey.admin.helpers import admin_view, application_name, done
 from queuey.core import cron
-from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields
 from queuey.core.schedules import ScheduleConflict, TooManySchedules
 from queuey.errors import ScheduleExists, ScheduleNotFound
 from queuey.ids import MICROS
-from queuey.model.schedules import NAME
+from queuey.model.schedules import MISSED_POLICIES, NAME
 from queuey.web.params import PayloadTooLarge
 
-TEMPLATE = "queuey.admin:templates/schedules.jinja2"
 #: The create form's fields about the schedule, in the API's names.
 SCHEDULE_FIELDS = ("name", "queue", "cron", "interval", "timezone", "start", "end", "missed")
 #: The template's fields (``message`` of the API's body), as the form names them.
@@ -45,10 +38,6 @@ JSON_FIELDS = {"body", "attributes"}
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
 #: Queue names offered as suggestions in the form (the field takes any name).
 SUGGESTED_QUEUES = 100
-
-
-def application_name(request) -> str:
-    return request.identity.application.name
 
 
 def create_fields(form: dict[str, str], max_size: int) -> tuple[dict, dict[str, str]]:
@@ -97,27 +86,6 @@ def form_field(key: str) -> str:
     return key.removeprefix("message.").removeprefix("message").lstrip(".") or "body"
 
 
-def zoned(epoch: int | None, zone: str) -> str:
-    """A tick's wall-clock time in ``zone`` (``-`` for none)."""
-    if epoch is None:
-        return "-"
-    try:
-        tz = ZoneInfo(zone)
-    except (KeyError, ValueError):  # stored before a tzdata change removed the zone
-        tz = ZoneInfo("UTC")
-    return datetime.fromtimestamp(epoch, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def relative(epoch: int | None, now: float) -> str:
-    """``in 3 min``, ``42 s ago``, ``now`` (empty for none)."""
-    if epoch is None:
-        return ""
-    seconds = epoch - now
-    if abs(seconds) < 1:
-        return "now"
-    return f"in {age(seconds)}" if seconds > 0 else f"{age(-seconds)} ago"
-
-
 def page(request, values=None, errors=None, status: int = 200):
     """The page's values: every schedule, and the create form (kept when refused)."""
     app = application_name(request)
@@ -128,36 +96,23 @@ def page(request, values=None, errors=None, status: int = 200):
         "queues": [meta.name for meta in queues],
         "values": {"timezone": "UTC", "missed": "latest", "body": "{}", **(values or {})},
         "errors": errors or {},
+        "missed_policies": MISSED_POLICIES,
         "now": request.clock.now_micros() / MICROS,
-        "zoned": zoned,
-        "relative": relative,
         "confirm": None,
     }
 
 
 def missing(request, name: str):
     """The 404 page for a schedule name (any text: the page escapes it)."""
-    shown = name if len(name) <= 64 else name[:64] + "..."
-    return error_page(request, 404, "No such schedule", f"There is no schedule named {shown}.")
+    return refusal_page(request, ScheduleNotFound(name if len(name) <= 64 else name[:64] + "..."))
 
 
-@view_config(
-    route_name="admin.schedules",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer=TEMPLATE,
-)
+@admin_view("admin.schedules", template="schedules")
 def schedule_list(request):
     return page(request)
 
 
-@view_config(
-    route_name="admin.schedules",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer=TEMPLATE,
-    require_csrf=True,
-)
+@admin_view("admin.schedules", "POST", "schedules")
 def create_schedule(request):
     form = {name: request.admin_form.get(name, "") for name in (*SCHEDULE_FIELDS, *MESSAGE_FIELDS)}
     fields, errors = create_fields(form, request.services.settings.max_message_size)
@@ -167,13 +122,11 @@ def create_schedule(request):
         schedule = request.services.schedules.create(application_name(request), fields)
     except InvalidFields as exc:
         return page(request, form, {form_field(k): v for k, v in exc.errors.items()}, status=400)
-    except ScheduleExists:
-        said = f"a schedule named {fields.get('name')} exists already"
-        return page(request, form, {"name": said}, status=409)
+    except ScheduleExists as exc:
+        return page(request, form, exc.errors_by_field(), status=exc.status)
     except TooManySchedules as exc:
-        return page(request, form, {"name": str(exc)}, status=403)
-    request.session.flash(f"Created schedule {schedule.name}.")
-    return HTTPSeeOther(location=request.route_path("admin.schedules"))
+        return page(request, form, {"name": str(exc)}, status=exc.status)
+    return done(request, f"Created schedule {schedule.name}.", "admin.schedules")
 
 
 def one_schedule(view):
@@ -193,64 +146,38 @@ def one_schedule(view):
     return named
 
 
-@view_config(
-    route_name="admin.schedule_pause",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
-@view_config(
-    route_name="admin.schedule_resume",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    require_csrf=True,
-)
+@admin_view("admin.schedule_pause", "POST")
+@admin_view("admin.schedule_resume", "POST")
 @one_schedule
 def pause_or_resume(request, name: str):
     schedules = request.services.schedules
     pausing = request.matched_route.name == "admin.schedule_pause"
     try:
-        if pausing:
-            schedules.pause(application_name(request), name)
-        else:
-            schedules.resume(application_name(request), name)
+        (schedules.pause if pausing else schedules.resume)(application_name(request), name)
     except InvalidFields as exc:  # resuming a schedule whose queue is gone
-        request.session.flash(f"Schedule {name} was not resumed: {exc}", "error")
+        return done(request, f"Schedule {name} was not resumed: {exc}", "admin.schedules", "error")
     except ScheduleConflict as exc:
-        request.session.flash(f"Schedule {name} was not changed: {exc}", "error")
-    else:
-        request.session.flash(f"{'Paused' if pausing else 'Resumed'} schedule {name}.")
-    return HTTPSeeOther(location=request.route_path("admin.schedules"))
+        return done(request, f"Schedule {name} was not changed: {exc}", "admin.schedules", "error")
+    said = f"{'Paused' if pausing else 'Resumed'} schedule {name}."
+    return done(request, said, "admin.schedules")
 
 
 def confirm_page(request, name: str, error: str | None = None, status: int = 200):
     schedule = request.services.schedules.get(application_name(request), name)
     request.response.status = status
-    return {"confirm": schedule, "error": error, "zoned": zoned, "relative": relative}
+    return {"confirm": schedule, "error": error}
 
 
-@view_config(
-    route_name="admin.schedule_delete",
-    request_method="GET",
-    permission=Permission.MANAGE,
-    renderer=TEMPLATE,
-)
+@admin_view("admin.schedule_delete", template="schedules")
 @one_schedule
 def confirm_delete(request, name: str):
     return confirm_page(request, name)
 
 
-@view_config(
-    route_name="admin.schedule_delete",
-    request_method="POST",
-    permission=Permission.MANAGE,
-    renderer=TEMPLATE,
-    require_csrf=True,
-)
+@admin_view("admin.schedule_delete", "POST", "schedules")
 @one_schedule
 def delete_schedule(request, name: str):
     if request.admin_form.get("confirm", "") != name:
         return confirm_page(request, name, "Type the schedule's name to confirm.", status=400)
     request.services.schedules.delete(application_name(request), name)
-    request.session.flash(f"Deleted schedule {name}.")
-    return HTTPSeeOther(location=request.route_path("admin.schedules"))
+    return done(request, f"Deleted schedule {name}.", "admin.schedules")

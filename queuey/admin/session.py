@@ -113,8 +113,7 @@ class SignIns:
         application = request.services.applications.get(name) if name else None
         if application is None:
             key_of_unknown_application(key)  # costs what a key check costs
-            return Refusal(401, "Unknown application or wrong key.")
-        if not application.key_matches(key):
+        if application is None or not application.key_matches(key):
             return Refusal(401, "Unknown application or wrong key.")
         address = client_address(request, request.services.settings.trusted_proxies)
         if not application.address_allowed(address):
