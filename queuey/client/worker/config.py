@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from queuey.client.consumergroup import DEFAULT_ROOT
-from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
+from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX, is_pattern
 from queuey.client.http import QueueyClient
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
@@ -157,7 +157,7 @@ class WorkerConfig:
             raise ConfigurationError("worker.batch_size", f"must be at most {most}")
         config = WORKER.build(values)
         if reserve:
-            if any(ch in q for q in config.queues for ch in "*?["):
+            if any(is_pattern(q) for q in config.queues):
                 raise ConfigurationError("worker.queues", "reserve mode takes names, not patterns")
             if not SUBSCRIPTION.match(config.subscription):
                 raise ConfigurationError("worker.subscription", "must match [A-Za-z0-9_-]{1,50}")
