@@ -208,15 +208,10 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         partition or key, the group chooses the partition).
         """
         dedup_id = dedup_id or self._new_dedup_id()
-        params = given(
-            partition=partition,
-            partition_key=partition_key,
-            ttl=ttl,
-            delay=delay,
-            priority=priority,
-            dedup_id=dedup_id,
-            group=group,
+        message = OutgoingMessage(
+            body, partition, partition_key, ttl, delay, priority, dedup_id, group=group
         )
+        params = {k: v for k, v in message.to_json().items() if k != "body"}
         data = self._request(
             "POST", f"/queue/{_q(name)}", params=params, json=body, repeatable=dedup_id is not None
         )
