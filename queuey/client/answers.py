@@ -96,18 +96,14 @@ def error(method: str, path: str, response: requests.Response, repeatable: bool)
     error_msg = error_msg_of(response)
     cls = error_for_status(response.status_code, error_msg)
     detail = "; ".join(f"{k}: {v}" for k, v in error_msg.items()) or response.reason
-    if issubclass(cls, FlowRefused):
-        return cls(
-            f"{method} {path}: HTTP {response.status_code}: {detail}",
-            status=response.status_code,
-            error_msg=error_msg,
-            retry_after=retry_after(response.headers),
-        )
-    unknown = response.status_code >= 500
+    refused = issubclass(cls, FlowRefused)
+    unknown = not refused and response.status_code >= 500
     note = "; not retried since it may have taken effect" if unknown and not repeatable else ""
+    outcome = {"retry_after": retry_after(response.headers)} if refused else {}
     return cls(
         f"{method} {path}: HTTP {response.status_code}: {detail}{note}",
         status=response.status_code,
         error_msg=error_msg,
         outcome_unknown=unknown,
+        **outcome,
     )

@@ -38,8 +38,8 @@ class QueueDiscovery:
         if not queues:
             raise ValueError("a consumer group needs at least one queue name or pattern")
         self.client = client
-        self.names = [q for q in queues if not _is_pattern(q)]
-        self.patterns = [q for q in queues if _is_pattern(q)]
+        self.names = [q for q in queues if not is_pattern(q)]
+        self.patterns = [q for q in queues if is_pattern(q)]
         self.exclude = list(exclude)
 
     def __call__(self) -> list[Partition]:
@@ -62,5 +62,6 @@ class QueueDiscovery:
         )
 
 
-def _is_pattern(name: str) -> bool:
+def is_pattern(name: str) -> bool:
+    """True for a shell pattern (``*``, ``?`` or ``[``), not a plain name."""
     return any(ch in name for ch in "*?[")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from queuey.client.models import known
 from queuey.client.models import path_segment as _q
 from queuey.model.flow import fields_of
 from queuey.model.flowfield import FlowField, FlowRecord
@@ -78,13 +79,6 @@ class FlowInfo:
         return self.subscriptions.get(name, SubscriptionFlow())
 
 
-def _fields(given: Mapping[str, Any], record: type[_WireFlow]) -> dict[str, Any]:
-    unknown = set(given) - {f.name for f in record.fields()}
-    if unknown:
-        raise TypeError(f"unknown flow setting(s): {', '.join(sorted(unknown))}")
-    return dict(given)
-
-
 class FlowCalls:
     """Flow settings of queues (``/queue/{name}``) and subscriptions
     (``/queue/{name}/subscriptions/{subscription}``).
@@ -105,7 +99,7 @@ class FlowCalls:
         attributes: ``post_rate``, ``max_length``...); the others stay.
         ``0``, ``None`` or ``False`` turns a limit off. A refused value raises
         :class:`~queuey.client.errors.BadRequest` naming it."""
-        body = _fields(fields, QueueFlow)
+        body = known(fields, (f.name for f in QueueFlow.fields()), "flow setting")
         answer = self._request("PUT", f"/queue/{_q(queue)}", json=body)
         return FlowInfo.from_json(answer.get("flow"))
 
@@ -114,7 +108,7 @@ class FlowCalls:
     ) -> SubscriptionFlow:
         """Change ``subscription``'s flow settings named (:class:`SubscriptionFlow`'s
         attributes: ``rate``, ``max_in_flight``...); the others and its filter stay."""
-        body = _fields(fields, SubscriptionFlow)
+        body = known(fields, (f.name for f in SubscriptionFlow.fields()), "flow setting")
         if not body:
             raise TypeError("give at least one flow setting")  # an empty body sets the filter
         path = f"/queue/{_q(queue)}/subscriptions/{_q(subscription)}"
@@ -134,9 +128,9 @@ class FlowCalls:
         self, queue: str, subscription: str | None, action: str
     ) -> QueueFlow | SubscriptionFlow:
         path = f"/queue/{_q(queue)}"
+        if subscription is not None:
+            path += f"/subscriptions/{_q(subscription)}"
+        flow = self._request("POST", f"{path}/{action}", repeatable=True).get("flow")
         if subscription is None:
-            answer = self._request("POST", f"{path}/{action}", repeatable=True)
-            return FlowInfo.from_json(answer.get("flow")).queue
-        path = f"{path}/subscriptions/{_q(subscription)}/{action}"
-        answer = self._request("POST", path, repeatable=True)
-        return SubscriptionFlow.from_json(answer.get("flow") or {})
+            return FlowInfo.from_json(flow).queue
+        return SubscriptionFlow.from_json(flow or {})

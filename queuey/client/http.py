@@ -51,6 +51,7 @@ from queuey.client.models import (
     QueueInfo,
     ReceivedMessage,
     given,
+    known,
     timestamp_param,
 )
 from queuey.client.models import path_segment as _q
@@ -140,7 +141,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         ``dead_letter_queue``, ``delay`` (docs/api.rst, "Work queues").
         """
         params = given(partitions=partitions, queue_name=name, ttl=ttl, type=type)
-        params.update(_work_queue_settings(work_queue))
+        params.update(given(**known(work_queue, WORK_QUEUE_SETTINGS, "queue setting")))
         return QueueInfo.from_json(self._request("POST", "/queue", json=params))
 
     def queue_info(self, name: str) -> QueueInfo:
@@ -175,7 +176,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
     ) -> QueueInfo:
         """Change a queue's settings (those given); see :meth:`create_queue`."""
         params = given(partitions=partitions, ttl=ttl, type=type)
-        params.update(_work_queue_settings(work_queue))
+        params.update(given(**known(work_queue, WORK_QUEUE_SETTINGS, "queue setting")))
         return QueueInfo.from_json(self._request("PUT", f"/queue/{_q(name)}", json=params))
 
     def delete_queue(self, name: str, delete: bool = True) -> None:
@@ -207,15 +208,10 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         partition or key, the group chooses the partition).
         """
         dedup_id = dedup_id or self._new_dedup_id()
-        params = given(
-            partition=partition,
-            partition_key=partition_key,
-            ttl=ttl,
-            delay=delay,
-            priority=priority,
-            dedup_id=dedup_id,
-            group=group,
+        message = OutgoingMessage(
+            body, partition, partition_key, ttl, delay, priority, dedup_id, group=group
         )
+        params = {k: v for k, v in message.to_json().items() if k != "body"}
         data = self._request(
             "POST", f"/queue/{_q(name)}", params=params, json=body, repeatable=dedup_id is not None
         )
@@ -414,13 +410,6 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
 
 #: Queue settings of work queues that ``create_queue`` / ``update_queue`` pass on.
 WORK_QUEUE_SETTINGS = ("visibility_timeout", "max_attempts", "dead_letter_queue", "delay")
-
-
-def _work_queue_settings(given_settings: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = set(given_settings) - set(WORK_QUEUE_SETTINGS)
-    if unknown:
-        raise TypeError(f"unknown queue setting(s): {', '.join(sorted(unknown))}")
-    return {k: v for k, v in given_settings.items() if v is not None}
 
 
 def _refs(refs: Sequence[str]) -> str:

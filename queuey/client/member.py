@@ -216,9 +216,7 @@ class GroupMember:
         try:
             zk.start(timeout=timeout)
         except Exception:
-            with contextlib.suppress(Exception):
-                zk.stop()
-                zk.close()
+            self._close(zk)
             raise
         old, self.zk = self.zk, zk
         if old is not None:

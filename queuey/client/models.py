@@ -8,7 +8,7 @@ handles raw answer dicts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -31,6 +31,14 @@ from queuey.wire import ReservedMessage as WireReservedMessage
 def given(**values: Any) -> dict[str, Any]:
     """The keyword arguments that are not ``None``, in order: optional API fields."""
     return {name: value for name, value in values.items() if value is not None}
+
+
+def known(values: Mapping[str, Any], names: Iterable[str], what: str) -> dict[str, Any]:
+    """``values`` as a dict; ``TypeError`` naming each key not among ``names``."""
+    unknown = set(values) - set(names)
+    if unknown:
+        raise TypeError(f"unknown {what}(s): {', '.join(sorted(unknown))}")
+    return dict(values)
 
 
 class ByPosition(BaseModel):

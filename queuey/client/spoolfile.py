@@ -253,10 +253,7 @@ def scan(path: str | Path) -> SpoolImage:
 
 def scan_fd(fd: int, path: str | None = None) -> SpoolImage:
     """:func:`scan` of the file open on ``fd``, named ``path`` in errors."""
-    return scan_bytes(spooldisk.read_all(fd), path)
-
-
-def scan_bytes(data: bytes, path: str | None = None) -> SpoolImage:
+    data = spooldisk.read_all(fd)
     if not data.startswith(MAGIC):
         raise BadSpoolFile("not a spool file (no QSPOOL1 magic)", path=path)
     records = frames(data, len(MAGIC))

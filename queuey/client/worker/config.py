@@ -20,12 +20,14 @@ import importlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from queuey.client.consumergroup import DEFAULT_ROOT
-from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX
+from queuey.client.discovery import DEFAULT_EXCLUDE, FAILED_SUFFIX, is_pattern
+from queuey.client.http import QueueyClient
 from queuey.errors import ConfigurationError
 from queuey.limits import MAX_READ, MAX_RESERVE, MAX_VISIBILITY_TIMEOUT, MAX_WAIT
 from queuey.settingstable import Table, setting
@@ -155,7 +157,7 @@ class WorkerConfig:
             raise ConfigurationError("worker.batch_size", f"must be at most {most}")
         config = WORKER.build(values)
         if reserve:
-            if any(ch in q for q in config.queues for ch in "*?["):
+            if any(is_pattern(q) for q in config.queues):
                 raise ConfigurationError("worker.queues", "reserve mode takes names, not patterns")
             if not SUBSCRIPTION.match(config.subscription):
                 raise ConfigurationError("worker.subscription", "must match [A-Za-z0-9_-]{1,50}")
@@ -165,6 +167,42 @@ class WorkerConfig:
 #: The worker's keys, named ``<section>.<key>``; ``QUEUEY_<SECTION>_<KEY>`` overrides one.
 WORKER = Table(WorkerConfig, env_prefix="QUEUEY_")
 SUBSCRIPTION = re.compile(r"^[A-Za-z0-9_-]{1,50}$")
+
+
+class Runner:
+    """What both workers share: made from an ini file, built clients from its
+    ``[queuey]`` keys, and stopped from any thread or a signal handler."""
+
+    config: WorkerConfig
+    _stop: threading.Event
+
+    @classmethod
+    def from_ini(cls, path: str | Path, **kwargs: Any) -> Any:
+        return cls(WorkerConfig.from_ini(path), **kwargs)
+
+    def stop(self) -> None:
+        """Ask the worker to finish the work in hand and return from ``run``
+        (thread/signal safe): a :class:`~queuey.client.worker.loop.Worker`
+        finishes its current batch, commits and leaves; a
+        :class:`~queuey.client.worker.reserve.ReserveWorker` finishes the job
+        in hand, acks, and releases the rest."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _client(self, **extra: Any) -> QueueyClient:
+        """A client of the service the config names (``extra``: more of its options)."""
+        config = self.config
+        return QueueyClient(
+            list(config.urls),
+            config.application,
+            config.key,
+            timeout=config.http_timeout,
+            retries=config.http_retries,
+            **extra,
+        )
 
 
 def load_callable(spec: str, setting: str = "job") -> Callable:

@@ -37,7 +37,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from queuey.client.consumergroup import ConsumerGroup
@@ -49,6 +48,7 @@ from queuey.client.models import ReceivedMessage
 from queuey.client.worker.config import (
     ContextFactory,
     Job,
+    Runner,
     WorkerConfig,
     load_callable,
     load_user_code,
@@ -95,7 +95,7 @@ class _Batch:
     stuck: bool = False  # stopped at a message that could not be finished
 
 
-class Worker:
+class Worker(Runner):
     """Runs a job over the partitions this member owns until :meth:`stop`.
 
     ``job``, ``context`` and ``failure_hook`` default to the callables the
@@ -147,19 +147,9 @@ class Worker:
 
         The group's discovery thread gets one (and a connection pool) of its own.
         """
-        client = QueueyClient(
-            list(self.config.urls),
-            self.config.application,
-            self.config.key,
-            timeout=self.config.http_timeout,
-            retries=self.config.http_retries,
-        )
+        client = self._client()
         self._clients.append(client)
         return client
-
-    @classmethod
-    def from_ini(cls, path: str | Path, **kwargs: Any) -> Worker:
-        return cls(WorkerConfig.from_ini(path), **kwargs)
 
     # ---------------------------------------------------------- control
 
@@ -180,14 +170,6 @@ class Worker:
             for own in self._clients:
                 own.close()
             log.info("worker %s stopped: %s", self.group.member_id, self.stats)
-
-    def stop(self) -> None:
-        """Ask the worker to finish its current batch, commit and leave (thread/signal safe)."""
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     # ------------------------------------------------------------- loop
 

@@ -37,13 +37,11 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 from queuey.client.errors import ClientError
 from queuey.client.http import QueueyClient
 from queuey.client.models import ReservedMessage
-from queuey.client.worker.config import ContextFactory, Job, WorkerConfig, load_user_code
+from queuey.client.worker.config import ContextFactory, Job, Runner, WorkerConfig, load_user_code
 from queuey.client.worker.keeper import LeaseKeeper
 from queuey.errors import ConfigurationError
 
@@ -101,7 +99,7 @@ def error_text(exc: BaseException) -> str:
     return text[:MAX_ERROR]
 
 
-class ReserveWorker:
+class ReserveWorker(Runner):
     """Runs a job over the messages a work-queue subscription hands out, until :meth:`stop`.
 
     ``job`` and ``context`` default to the callables the config names.
@@ -134,20 +132,8 @@ class ReserveWorker:
         self._timeouts: dict[str, tuple[int, float]] = {}  # queue -> (seconds, read at)
         self._timeouts_lock = threading.Lock()
 
-    @classmethod
-    def from_ini(cls, path: str | Path, **kwargs: Any) -> ReserveWorker:
-        return cls(WorkerConfig.from_ini(path), **kwargs)
-
     def _default_client(self) -> QueueyClient:
-        config = self.config
-        return QueueyClient(
-            list(config.urls),
-            config.application,
-            config.key,
-            timeout=config.http_timeout,
-            retries=config.http_retries,
-            auto_dedup=config.auto_dedup,
-        )
+        return self._client(auto_dedup=self.config.auto_dedup)
 
     def _new_client(self) -> QueueyClient:
         client = self._client_factory()
@@ -186,14 +172,6 @@ class ReserveWorker:
             for client in self._clients:
                 client.close()
             log.info("worker %s stopped: %s", self.name, self.stats)
-
-    def stop(self) -> None:
-        """Finish the job in hand, ack, release the rest and return from :meth:`run`."""
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def _count(self, **increments: int) -> None:
         with self._stats_lock:
