@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from queuey.client import Checkpoint, OutgoingMessage, QueueyClient, WorkerConfig
+from queuey.client.worker.config import Runner
 from queuey.errors import ConfigurationError
 from tests.client.conftest import (
     REBALANCE_TIMEOUT,
@@ -125,6 +126,26 @@ def test_a_bad_setting_is_named(section, key, value, named):
     with pytest.raises(ConfigurationError) as info:
         WorkerConfig.from_mapping(sections, environ={})
     assert info.value.key == named
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_queuey_auto_dedup_reaches_the_client_of_either_worker(value):
+    """Both workers (partitions and reserve mode) build their clients through
+    ``Runner._client``; ``queuey.auto_dedup`` reaches it in either mode."""
+
+    class Bare(Runner):
+        def __init__(self, config: WorkerConfig) -> None:
+            self.config = config
+
+    sections = {
+        "queuey": {"urls": "http://a", "application": "app", "auto_dedup": value},
+        "zookeeper": {"hosts": "z:1"},
+        "worker": {"group": "g", "queues": "q", "job": "m:f"},
+    }
+    client = Bare(WorkerConfig.from_mapping(sections, environ={}))._client()
+    assert client.auto_dedup is (value == "true")
+    client.close()
 
 
 @pytest.mark.unit

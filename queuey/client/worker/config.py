@@ -201,6 +201,7 @@ class Runner:
             config.key,
             timeout=config.http_timeout,
             retries=config.http_retries,
+            auto_dedup=config.auto_dedup,
             **extra,
         )
 

@@ -133,7 +133,7 @@ class ReserveWorker(Runner):
         self._timeouts_lock = threading.Lock()
 
     def _default_client(self) -> QueueyClient:
-        return self._client(auto_dedup=self.config.auto_dedup)
+        return self._client()
 
     def _new_client(self) -> QueueyClient:
         client = self._client_factory()
