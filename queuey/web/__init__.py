@@ -1,5 +1,7 @@
 """The HTTP layer: routes, contexts, views, errors, metrics."""
 
+from queuey.web.operations import OPERATIONS
+
 ROUTES = [
     # name, pattern, factory
     ("queues", "/queue", "queuey.web.resources.ApplicationContext"),
@@ -49,9 +51,17 @@ ROUTES = [
 
 
 def includeme(config) -> None:
-    """The REST API's routes and request metrics; its views come with the
-    app's ``config.scan("queuey.web")``. Reads only what the app factory built
-    (:mod:`queuey.core.services`, :mod:`queuey.web.state`)."""
+    """The REST API's routes, the view of each operation
+    (:data:`queuey.web.operations.OPERATIONS`) and request metrics; the error
+    views come with the app's ``config.scan("queuey.web")``. Reads only what
+    the app factory built (:mod:`queuey.core.services`, :mod:`queuey.web.state`)."""
     for name, pattern, factory in ROUTES:
         config.add_route(name, pattern, factory=factory)
+    for operation in OPERATIONS:
+        config.add_view(
+            f"queuey.web.{operation.view}",
+            route_name=operation.route,
+            request_method=operation.method.upper(),
+            permission=operation.permission,
+        )
     config.include("queuey.web.metrics")

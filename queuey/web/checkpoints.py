@@ -6,10 +6,7 @@ import re
 import uuid
 from collections.abc import Mapping
 
-from pyramid.view import view_config
-
 from queuey import ids
-from queuey.core.access import Permission
 from queuey.web.params import InvalidParameters, json_body, validate
 from queuey.web.responses import ok
 from queuey.web.schemas import CONSUMER_PATTERN
@@ -28,14 +25,12 @@ def _answer(checkpoints: Mapping[int, uuid.UUID]):
     return ok(checkpoints={str(p): checkpoints[p].hex for p in sorted(checkpoints)})
 
 
-@view_config(route_name="queue_checkpoints", request_method="GET", permission=Permission.MANAGE)
 def get_checkpoints(request):
     meta = request.context.meta
     found = request.storage.get_checkpoints(meta.application, meta.name, _consumer(request))
     return _answer(found)
 
 
-@view_config(route_name="queue_checkpoints", request_method="PUT", permission=Permission.MANAGE)
 def set_checkpoints(request):
     meta = request.context.meta
     consumer = _consumer(request)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyramid.view import view_config
-
 from queuey import ids
-from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
@@ -48,7 +45,6 @@ def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
     return ok(201, messages=[message_ref(m) for m in stored])
 
 
-@view_config(route_name="queue", request_method="POST", permission=Permission.MANAGE)
 def post_message(request):
     meta = request.context.meta
     body = json_body(request, request.services.settings.max_message_size)
@@ -57,7 +53,6 @@ def post_message(request):
     return _stored(request, meta, [message])
 
 
-@view_config(route_name="queue_batch", request_method="POST", permission=Permission.MANAGE)
 def post_batch(request):
     meta = request.context.meta
     settings = request.services.settings
@@ -86,7 +81,6 @@ def post_batch(request):
     return _stored(request, meta, messages)
 
 
-@view_config(route_name="queue", request_method="GET", permission=Permission.READ)
 def read_messages(request):
     meta = request.context.meta
     params = validate(request.models.read, query(request), meta.partitions)
@@ -132,14 +126,12 @@ def _refs(request, meta: QueueMeta) -> list[MessageRef]:
     return refs
 
 
-@view_config(route_name="queue_messages", request_method="GET", permission=Permission.READ)
 def get_messages(request):
     meta = request.context.meta
     found = request.storage.get_messages(meta, _refs(request, meta), request.clock.now_micros())
     return messages_response(found)
 
 
-@view_config(route_name="queue_messages", request_method="DELETE", permission=Permission.MANAGE)
 def delete_messages(request):
     meta = request.context.meta
     request.storage.delete_messages(meta, _refs(request, meta))

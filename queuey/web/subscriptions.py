@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import re
 
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
 from queuey.web.params import PATTERN_WORDS, InvalidParameters, json_body, validate
 from queuey.web.responses import ok
 from queuey.web.schemas import SUBSCRIPTION_PATTERN, SubscriptionSettings
@@ -27,13 +24,11 @@ def _subscription(request) -> str:
     return subscription
 
 
-@view_config(route_name="queue_subscriptions", request_method="GET", permission=Permission.MANAGE)
 def list_subscriptions(request):
     settings = request.services.subscriptions.settings(request.context.meta)
     return ok(subscriptions=[s.to_json() for s in settings])
 
 
-@view_config(route_name="queue_subscription", request_method="GET", permission=Permission.MANAGE)
 def show(request):
     subscription = _subscription(request)
     return ok(
@@ -41,7 +36,6 @@ def show(request):
     )
 
 
-@view_config(route_name="queue_subscription", request_method="PUT", permission=Permission.MANAGE)
 def configure(request):
     subscription = _subscription(request)
     params = validate(
@@ -62,17 +56,11 @@ def _paused(request, paused: bool):
     return ok(**request.services.subscriptions.setting(updated, subscription).to_json())
 
 
-@view_config(
-    route_name="queue_subscription_pause", request_method="POST", permission=Permission.MANAGE
-)
 def pause(request):
     """Hand out nothing (reserves answer empty, long polls wait) until resumed;
     leases already out stay valid."""
     return _paused(request, True)
 
 
-@view_config(
-    route_name="queue_subscription_resume", request_method="POST", permission=Permission.MANAGE
-)
 def resume(request):
     return _paused(request, False)

@@ -7,9 +7,6 @@ the waiting.
 
 from __future__ import annotations
 
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
@@ -26,7 +23,6 @@ def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
     return len(statuses) - len(failed), failed
 
 
-@view_config(route_name="queue_reserve", request_method="POST", permission=Permission.MANAGE)
 def reserve(request):
     meta = request.context.meta
     params = validate(
@@ -62,7 +58,6 @@ def reserve(request):
     return deliveries_response(reservation.deliveries)
 
 
-@view_config(route_name="queue_ack", request_method="POST", permission=Permission.MANAGE)
 def ack(request):
     meta = request.context.meta
     params = validate(request.models.ack, json_body(request, _body_limit(request)))
@@ -71,7 +66,6 @@ def ack(request):
     return ok(acked=acked, failed=failed)
 
 
-@view_config(route_name="queue_release", request_method="POST", permission=Permission.MANAGE)
 def release(request):
     meta = request.context.meta
     params = validate(request.models.release, json_body(request, _body_limit(request)))
@@ -84,7 +78,6 @@ def release(request):
     return ok(released=released, dead_lettered=done.dead_lettered, failed=failed)
 
 
-@view_config(route_name="queue_extend", request_method="POST", permission=Permission.MANAGE)
 def extend(request):
     meta = request.context.meta
     params = validate(request.models.extend, json_body(request, _body_limit(request)))
@@ -96,7 +89,6 @@ def extend(request):
     return ok(extended=extended, failed=failed)
 
 
-@view_config(route_name="queue_stats", request_method="GET", permission=Permission.MANAGE)
 def stats(request):
     meta = request.context.meta
     found = request.services.workqueues.stats(meta)
@@ -128,7 +120,6 @@ def stats(request):
     )
 
 
-@view_config(route_name="queue_redrive", request_method="POST", permission=Permission.MANAGE)
 def redrive(request):
     meta = request.context.meta
     params = validate(request.models.redrive, form_or_json(request, _body_limit(request)))
