@@ -34,7 +34,7 @@ def get_checkpoints(request):
 def set_checkpoints(request):
     meta = request.context.meta
     consumer = _consumer(request)
-    payload = json_body(request, request.services.settings.max_message_size)
+    payload = json_body(request)
     given = validate(request.models.checkpoints, payload, meta.partitions).checkpoints
     parsed = {int(p): ids.parse_message_id(message_id) for p, message_id in given.items()}
     request.storage.set_checkpoints(meta.application, meta.name, consumer, parsed)

@@ -47,7 +47,7 @@ def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
 
 def post_message(request):
     meta = request.context.meta
-    body = json_body(request, request.services.settings.max_message_size)
+    body = json_body(request)
     placement = validate(request.models.placement, query(request), meta.partitions)
     message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
     return _stored(request, meta, [message])
@@ -55,9 +55,8 @@ def post_message(request):
 
 def post_batch(request):
     meta = request.context.meta
-    settings = request.services.settings
-    limit = settings.max_batch_messages
-    payload = json_body(request, settings.max_batch_size)
+    limit = request.services.settings.max_batch_messages
+    payload = json_body(request)
     entries = payload.get("messages") if isinstance(payload, dict) else None
     if isinstance(entries, list) and len(entries) > limit:
         raise PayloadTooLarge("messages", f"a batch holds at most {limit} messages")

@@ -75,10 +75,12 @@ PERMISSIONS = {"keyed": Permission.MANAGE, "reader": Permission.READ, "anyone": 
 class Body:
     """A request body: ``model`` (``None``: any JSON object); ``form``: the
     fields may also come form-encoded, or in the query string when there is no
-    body, so the body is optional."""
+    body, so the body is optional; ``limit``: the setting bounding its size, the
+    route's largest body (:mod:`queuey.web.bodies`)."""
 
     model: ModelRef | None
     form: bool = False
+    limit: str = "max_message_size"
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _O("queue", "delete", "queues.delete_queue",
        "Delete a queue, or with delete=false only its messages", Ok, query="delete_queue"),
     _O("queue_batch", "post", "messages.post_batch", "Post many messages, all or nothing",
-       Posted, POST_ERRORS, 201, body=Body("batch")),
+       Posted, POST_ERRORS, 201, body=Body("batch", limit="max_batch_size")),
     _O("queue_info", "get", "queues.queue_info", "A queue's metadata", Queue, caller="reader"),
     _O("queue_reserve", "post", "workqueue.reserve",
        "Lease messages to one consumer of a subscription (long poll with wait); "
@@ -160,7 +162,7 @@ OPERATIONS: tuple[Operation, ...] = (
        "A subscription's filter and flow settings", SubscriptionAnswer),
     _O("queue_subscription", "put", "subscriptions.configure",
        "Change a subscription's filter and flow settings (docs/api.rst)", SubscriptionAnswer,
-       SENT_ERRORS, body=Body(SubscriptionSettings)),
+       SENT_ERRORS, body=Body(SubscriptionSettings, limit="max_form_size")),
     _O("queue_pause", "post", "queues.pause_queue", "Pause posting: posts are refused (503)",
        Queue),
     _O("queue_resume", "post", "queues.resume_queue", "Resume posting", Queue),

@@ -13,10 +13,6 @@ from queuey.web.params import form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
 
 
-def _body_limit(request) -> int:
-    return request.services.settings.max_message_size
-
-
 def _split(params) -> tuple[dict, dict]:
     """The fields given, as (queue settings, flow settings)."""
     given = {name: value for name, value in params if value is not None}
@@ -35,7 +31,7 @@ def new_queue(request, params, application: str) -> QueueMeta:
 
 
 def create_queue(request):
-    params = validate(request.models.create_queue, form_or_json(request, _body_limit(request)))
+    params = validate(request.models.create_queue, form_or_json(request))
     meta = new_queue(request, params, request.identity.application.name)
     return ok(201, **queue_json(meta))
 
@@ -56,9 +52,7 @@ def queue_info(request):
 
 def update_queue(request):
     meta = request.context.meta
-    params = validate(
-        request.models.update_queue, form_or_json(request, _body_limit(request)), meta.partitions
-    )
+    params = validate(request.models.update_queue, form_or_json(request), meta.partitions)
     changes, flow = _split(params)
     check_queue_settings(
         meta.name,

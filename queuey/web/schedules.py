@@ -141,7 +141,7 @@ def _application(request) -> str:
 
 
 def create_schedule(request):
-    body = json_body(request, request.services.settings.max_message_size)
+    body = json_body(request)
     params = validate(CreateSchedule, body)
     made = request.services.schedules.create(
         _application(request), params.model_dump(exclude_none=True)

@@ -38,9 +38,7 @@ def show(request):
 
 def configure(request):
     subscription = _subscription(request)
-    params = validate(
-        SubscriptionSettings, json_body(request, request.services.settings.max_form_size)
-    )
+    params = validate(SubscriptionSettings, json_body(request))
     given = {name: getattr(params, name) for name in params.model_fields_set}
     done = request.services.subscriptions.configure(
         request.context.meta, subscription, given, request.services.flow_settings

@@ -13,10 +13,6 @@ from queuey.web.params import form_or_json, json_body, validate
 from queuey.web.responses import deliveries_response, ok, seconds_or_none
 
 
-def _body_limit(request) -> int:
-    return request.services.settings.max_message_size
-
-
 def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
     """How many receipts worked, and why each other one did not."""
     failed = {receipt: status for receipt, status in statuses.items() if status != "acked"}
@@ -25,9 +21,7 @@ def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
 
 def reserve(request):
     meta = request.context.meta
-    params = validate(
-        request.models.reserve, form_or_json(request, _body_limit(request)), meta.partitions
-    )
+    params = validate(request.models.reserve, form_or_json(request), meta.partitions)
     partitions = (
         list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
     )
@@ -60,7 +54,7 @@ def reserve(request):
 
 def ack(request):
     meta = request.context.meta
-    params = validate(request.models.ack, json_body(request, _body_limit(request)))
+    params = validate(request.models.ack, json_body(request))
     statuses = request.services.workqueues.ack(meta, params.subscription, params.receipts)
     acked, failed = _outcome(statuses)
     return ok(acked=acked, failed=failed)
@@ -68,7 +62,7 @@ def ack(request):
 
 def release(request):
     meta = request.context.meta
-    params = validate(request.models.release, json_body(request, _body_limit(request)))
+    params = validate(request.models.release, json_body(request))
     done = request.services.workqueues.release(
         meta, params.subscription, params.receipts, delay=params.delay, error=params.error
     )
@@ -80,7 +74,7 @@ def release(request):
 
 def extend(request):
     meta = request.context.meta
-    params = validate(request.models.extend, json_body(request, _body_limit(request)))
+    params = validate(request.models.extend, json_body(request))
     statuses = request.services.workqueues.extend(
         meta, params.subscription, params.receipts, params.visibility_timeout
     )
@@ -122,7 +116,7 @@ def stats(request):
 
 def redrive(request):
     meta = request.context.meta
-    params = validate(request.models.redrive, form_or_json(request, _body_limit(request)))
+    params = validate(request.models.redrive, form_or_json(request))
     result = request.services.workqueues.redrive(meta, params.limit)
     return ok(
         moved=result.moved,
