@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from queuey import ids
@@ -11,17 +10,14 @@ from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import random_partition
 from queuey.web.params import (
-    PATTERN_WORDS,
     InvalidParameters,
     PayloadTooLarge,
     json_body,
+    path_param,
     query,
     validate,
 )
 from queuey.web.responses import message_ref, messages_response, ok
-from queuey.web.schemas import MESSAGE_REFS_PATTERN
-
-MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 
 
 def new_message(
@@ -107,10 +103,7 @@ def read_messages(request):
 
 
 def _refs(request, meta: QueueMeta) -> list[MessageRef]:
-    text = request.matchdict["ids"]
-    if not MESSAGE_REFS.fullmatch(text):
-        raise InvalidParameters({"ids": PATTERN_WORDS[MESSAGE_REFS_PATTERN]})
-    items = text.split(",")
+    items = path_param(request, "ids").split(",")
     if len(items) > MAX_READ:
         raise InvalidParameters({"ids": f"give 1 to {MAX_READ} message ids"})
     refs = []

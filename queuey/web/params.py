@@ -25,6 +25,7 @@ from queuey.web.schemas import (
     DEAD_LETTER_PATTERN,
     MESSAGE_REFS_PATTERN,
     PARTITIONS_PATTERN,
+    PATH_PARAMS,
     QUEUE_NAME_PATTERN,
     QUEUE_REF_PATTERN,
     SUBSCRIPTION_PATTERN,
@@ -40,12 +41,11 @@ __all__ = [
     "json_body",
     "parse_pairs",
     "query",
-    "queue_name",
+    "path_param",
     "validate",
 ]
 
 M = TypeVar("M", bound=BaseModel)
-_QUEUE_REF = re.compile(QUEUE_REF_PATTERN)
 
 
 class InvalidParameters(ServiceError, entry="invalid_parameters"):
@@ -83,7 +83,7 @@ PATTERN_WORDS = {
     ids.MESSAGE_ID_PATTERN: "must be a message id (32 hex digits of a version-1 UUID)",
     QUEUE_NAME_PATTERN: "must be 1 to 50 letters, digits, '_' or '-'",
     QUEUE_REF_PATTERN: "must be 1 to 80 letters, digits, '_' or '-' (or end in '.fifo')",
-    CONSUMER_PATTERN: "must be 1 to 100 letters, digits, '_', '.' or '-'",
+    CONSUMER_PATTERN: "must match [A-Za-z0-9_.-]{1,100}",
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
     DEAD_LETTER_PATTERN: "must be a queue name (1 to 50 letters, digits, '_' or '-') or empty",
@@ -230,7 +230,14 @@ def form_or_json(request) -> Any:
     return jsonio.loads(body)
 
 
-def queue_name(name: str) -> str:
-    if not _QUEUE_REF.fullmatch(name):
-        raise InvalidParameters({"queue_name": PATTERN_WORDS[QUEUE_REF_PATTERN]})
-    return name
+_PATH_PATTERNS = {name: re.compile(param["pattern"]) for name, param in PATH_PARAMS.items()}
+
+
+def path_param(request, name: str, field: str | None = None) -> str:
+    """The path parameter ``name``, checked against its pattern
+    (:data:`queuey.web.schemas.PATH_PARAMS`); a bad one is named ``field``
+    (default ``name``)."""
+    value = request.matchdict[name]
+    if not _PATH_PATTERNS[name].fullmatch(value):
+        raise InvalidParameters({field or name: PATTERN_WORDS[PATH_PARAMS[name]["pattern"]]})
+    return value

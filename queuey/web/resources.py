@@ -6,7 +6,7 @@ from pyramid.decorator import reify
 
 from queuey.errors import QueueNotFound
 from queuey.model import QueueMeta
-from queuey.web.params import queue_name
+from queuey.web.params import path_param
 
 
 class ApplicationContext:
@@ -24,7 +24,7 @@ class QueueContext:
 
     def __init__(self, request) -> None:
         self.request = request
-        self.name = queue_name(request.matchdict["name"])
+        self.name = path_param(request, "name", "queue_name")
 
     @reify
     def meta(self) -> QueueMeta:

@@ -8,20 +8,9 @@ settings.
 
 from __future__ import annotations
 
-import re
-
-from queuey.web.params import PATTERN_WORDS, InvalidParameters, json_body, validate
+from queuey.web.params import json_body, path_param, validate
 from queuey.web.responses import ok
-from queuey.web.schemas import SUBSCRIPTION_PATTERN, SubscriptionSettings
-
-_SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
-
-
-def _subscription(request) -> str:
-    subscription = request.matchdict["subscription"]
-    if not _SUBSCRIPTION.fullmatch(subscription):
-        raise InvalidParameters({"subscription": PATTERN_WORDS[SUBSCRIPTION_PATTERN]})
-    return subscription
+from queuey.web.schemas import SubscriptionSettings
 
 
 def list_subscriptions(request):
@@ -30,14 +19,14 @@ def list_subscriptions(request):
 
 
 def show(request):
-    subscription = _subscription(request)
+    subscription = path_param(request, "subscription")
     return ok(
         **request.services.subscriptions.setting(request.context.meta, subscription).to_json()
     )
 
 
 def configure(request):
-    subscription = _subscription(request)
+    subscription = path_param(request, "subscription")
     params = validate(SubscriptionSettings, json_body(request))
     given = {name: getattr(params, name) for name in params.model_fields_set}
     done = request.services.subscriptions.configure(
@@ -47,7 +36,7 @@ def configure(request):
 
 
 def _paused(request, paused: bool):
-    subscription = _subscription(request)
+    subscription = path_param(request, "subscription")
     flow = request.services.flow_settings
     change = flow.pause if paused else flow.resume
     updated = change(request.context.meta, subscription)
