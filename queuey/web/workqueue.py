@@ -10,7 +10,13 @@ from __future__ import annotations
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
-from queuey.web.responses import deliveries_response, ok, seconds_or_none
+from queuey.web.responses import deliveries_response, ok, shown
+from queuey.wire import (
+    PartitionStatsAnswer,
+    RedriveAnswer,
+    StatsAnswer,
+    SubscriptionStatsAnswer,
+)
 
 
 def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
@@ -86,31 +92,15 @@ def extend(request):
 def stats(request):
     meta = request.context.meta
     found = request.services.workqueues.stats(meta)
-    filters = {s.subscription: s.filter for s in request.services.subscriptions.settings(meta)}
+    settings = request.services.subscriptions.settings(meta)
+    filters = {s.subscription: s.filter.to_json() for s in settings if s.filter}
+    parts = [shown(PartitionStatsAnswer, p) for p in found.partitions]
+    subs = [
+        shown(SubscriptionStatsAnswer, s, filter=filters.get(s.subscription))
+        for s in found.subscriptions
+    ]
     return ok(
-        queue_name=meta.name,
-        messages=found.messages,
-        oldest_timestamp=seconds_or_none(found.oldest_timestamp),
-        partitions=[
-            {
-                "partition": p.partition,
-                "messages": p.messages,
-                "oldest_timestamp": seconds_or_none(p.oldest_timestamp),
-            }
-            for p in found.partitions
-        ],
-        subscriptions=[
-            {
-                "subscription": s.subscription,
-                "available": s.available,
-                "in_flight": s.in_flight,
-                "delayed": s.delayed,
-                "dead_lettered": s.dead_lettered,
-                "oldest_available_timestamp": seconds_or_none(s.oldest_available_timestamp),
-                "filter": f.to_json() if (f := filters.get(s.subscription)) else None,
-            }
-            for s in found.subscriptions
-        ],
+        **shown(StatsAnswer, found, queue_name=meta.name, partitions=parts, subscriptions=subs)
     )
 
 
@@ -119,8 +109,5 @@ def redrive(request):
     params = validate(request.models.redrive, form_or_json(request))
     result = request.services.workqueues.redrive(meta, params.limit)
     return ok(
-        moved=result.moved,
-        reposted=result.reposted,
-        skipped=len(result.skipped),
-        skipped_messages=result.skipped,
+        **shown(RedriveAnswer, result, skipped=len(result.skipped), skipped_messages=result.skipped)
     )
