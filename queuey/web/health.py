@@ -7,7 +7,7 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 from queuey.errors import StorageUnavailable
-from queuey.web.responses import json_response
+from queuey.web.responses import json_response, ok
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def release() -> str | None:
 
 def lbheartbeat(request):
     """Liveness only: the process answers."""
-    return json_response({"status": "ok"})
+    return ok()
 
 
 def heartbeat(request):
@@ -53,11 +53,5 @@ def heartbeat(request):
 
 
 def version_info(request):
-    return json_response(
-        {
-            "status": "ok",
-            "name": "queuey",
-            "version": release() or "unknown",
-            "storage": request.services.settings.storage_backend,
-        }
-    )
+    storage = request.services.settings.storage_backend
+    return ok(name="queuey", version=release() or "unknown", storage=storage)
