@@ -69,13 +69,11 @@ def update_queue(request):
     return ok(**queue_json(updated))
 
 
-def pause_queue(request):
-    """Refuse posts (503) until resumed; reserves go on."""
-    return ok(**queue_json(request.services.flow_settings.pause(request.context.meta)))
-
-
-def resume_queue(request):
-    return ok(**queue_json(request.services.flow_settings.resume(request.context.meta)))
+def pause_or_resume(request):
+    """``.../pause`` refuses posts (503) until ``.../resume``; reserves go on."""
+    flow = request.services.flow_settings
+    change = flow.pause if request.matched_route.name.endswith("_pause") else flow.resume
+    return ok(**queue_json(change(request.context.meta)))
 
 
 def delete_queue(request):

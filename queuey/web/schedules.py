@@ -163,11 +163,7 @@ def delete_schedule(request):
     return ok()
 
 
-def pause_schedule(request):
-    paused = request.services.schedules.pause(_application(request), _name(request))
-    return ok(**paused.to_json())
-
-
-def resume_schedule(request):
-    resumed = request.services.schedules.resume(_application(request), _name(request))
-    return ok(**resumed.to_json())
+def pause_or_resume(request):
+    schedules = request.services.schedules
+    change = schedules.pause if request.matched_route.name.endswith("_pause") else schedules.resume
+    return ok(**change(_application(request), _name(request)).to_json())

@@ -35,19 +35,11 @@ def configure(request):
     return ok(**done.to_json())
 
 
-def _paused(request, paused: bool):
+def pause_or_resume(request):
+    """``.../pause``: hand out nothing (reserves answer empty, long polls wait)
+    until ``.../resume``; leases already out stay valid."""
     subscription = path_param(request, "subscription")
     flow = request.services.flow_settings
-    change = flow.pause if paused else flow.resume
+    change = flow.pause if request.matched_route.name.endswith("_pause") else flow.resume
     updated = change(request.context.meta, subscription)
     return ok(**request.services.subscriptions.setting(updated, subscription).to_json())
-
-
-def pause(request):
-    """Hand out nothing (reserves answer empty, long polls wait) until resumed;
-    leases already out stay valid."""
-    return _paused(request, True)
-
-
-def resume(request):
-    return _paused(request, False)
