@@ -3,10 +3,9 @@
 from queuey.web.operations import OPERATIONS
 
 _QUEUE = "queuey.web.resources.QueueContext"
-_APPLICATION = "queuey.web.resources.ApplicationContext"
 ROUTES = [
-    # name, pattern, factory
-    ("queues", "/queue", _APPLICATION),
+    # name, pattern, factory (None: Pyramid's default context, never a public queue)
+    ("queues", "/queue", None),
     ("queue", "/queue/{name}", _QUEUE),
     ("queue_batch", "/queue/{name}/batch", _QUEUE),
     ("queue_info", "/queue/{name}/info", _QUEUE),
@@ -24,10 +23,10 @@ ROUTES = [
     ("queue_redrive", "/queue/{name}/redrive", _QUEUE),
     ("queue_messages", "/queue/{name}/messages/{ids}", _QUEUE),
     ("queue_checkpoints", "/queue/{name}/checkpoints/{consumer}", _QUEUE),
-    ("schedules", "/schedules", _APPLICATION),
-    ("schedule", "/schedules/{schedule}", _APPLICATION),
-    ("schedule_pause", "/schedules/{schedule}/pause", _APPLICATION),
-    ("schedule_resume", "/schedules/{schedule}/resume", _APPLICATION),
+    ("schedules", "/schedules", None),
+    ("schedule", "/schedules/{schedule}", None),
+    ("schedule_pause", "/schedules/{schedule}/pause", None),
+    ("schedule_resume", "/schedules/{schedule}/resume", None),
     ("heartbeat", "/__heartbeat__", None),
     ("lbheartbeat", "/__lbheartbeat__", None),
     ("version", "/__version__", None),

@@ -9,16 +9,6 @@ from queuey.model import QueueMeta
 from queuey.web.params import path_param
 
 
-class ApplicationContext:
-    """``/queue``: the calling application's collection of queues."""
-
-    def __init__(self, request) -> None:
-        self.request = request
-
-    def is_public(self) -> bool:
-        return False
-
-
 class QueueContext:
     """``/queue/{name}...``: one queue of the calling application."""
 

@@ -17,10 +17,10 @@ from queuey.web.answers import QueueInfo
 CONTENT_TYPE = "application/json"
 
 
-def json_response(data: dict[str, Any], status: int = 200) -> Response:
-    return Response(
-        body=jsonio.dumps_bytes(data), status=status, content_type=CONTENT_TYPE, charset="utf-8"
-    )
+def json_response(data: dict[str, Any] | bytes, status: int = 200) -> Response:
+    """``data`` as JSON, or JSON text already written (``bytes``)."""
+    body = data if isinstance(data, bytes) else jsonio.dumps_bytes(data)
+    return Response(body=body, status=status, content_type=CONTENT_TYPE, charset="utf-8")
 
 
 def ok(status: int = 200, **data: Any) -> Response:
@@ -68,10 +68,7 @@ def _message_text(m: Message, extra: str = "") -> str:
 
 
 def _messages_answer(parts: Iterable[str]) -> Response:
-    body = '{"status":"ok","messages":[' + ",".join(parts) + "]}"
-    return Response(
-        body=body.encode("utf-8"), status=200, content_type=CONTENT_TYPE, charset="utf-8"
-    )
+    return json_response(('{"status":"ok","messages":[' + ",".join(parts) + "]}").encode("utf-8"))
 
 
 def messages_response(messages: Iterable[Message]) -> Response:
