@@ -38,7 +38,8 @@ class QueueyRequest(Request):
         """WebOb's copy of the body (for ``request.body``, a form, the CSRF
         token) in one read of at most the route's limit, where WebOb's loop
         grows a bytes object 64 KiB at a time and spills to a temporary file."""
-        from queuey.web.bodies import limit_of, read_at_most, too_large
+        from queuey.web.bodies import read_at_most
+        from queuey.web.params import limit_of, too_large
 
         if not self.is_body_readable:
             self.body = b""
@@ -85,10 +86,9 @@ class QueueyRequest(Request):
     @reify
     def admin_form(self) -> dict[str, str]:
         """A POSTed admin form's fields, decoded once and strictly (bad UTF-8 is a 400)."""
-        from queuey.web.bodies import limit_of
         from queuey.web.params import form
 
-        return form(self, limit_of(self))
+        return form(self)
 
 
 #: What the app factory includes (the admin pages too when enabled).

@@ -2,9 +2,9 @@
 
 Each route has a largest body it accepts
 (:attr:`queuey.web.state.WebState.body_limits`, route name -> bytes),
-declared by the door that owns the route: the API's routes by
-the setting their views read with (``queuey.max_message_size``,
-``queuey.max_batch_size``), the SQS endpoint's and the admin pages' message
+declared by the door that owns the route: the API's routes by the setting
+their operation names (``queuey.max_message_size``, ``queuey.max_batch_size``),
+which their views read with, the SQS endpoint's and the admin pages' message
 form by their own includes (:func:`add_body_limit`); every other route, and a
 path no route matches, takes ``queuey.max_form_size``.
 
@@ -36,23 +36,9 @@ from pyramid.interfaces import IRouteRequest, IRoutesMapper
 from pyramid.threadlocal import manager
 
 from queuey.core.services import services_of
-from queuey.web.params import PayloadTooLarge
+from queuey.web.operations import OPERATIONS
+from queuey.web.params import PayloadTooLarge, too_large
 from queuey.web.state import web_state_of
-
-#: The API's routes whose views read a body, and the setting bounding it
-#: (what each view passes to :mod:`queuey.web.params`).
-API_LIMITS = {
-    "queues": "max_message_size",
-    "queue": "max_message_size",
-    "queue_batch": "max_batch_size",
-    "queue_reserve": "max_message_size",
-    "queue_ack": "max_message_size",
-    "queue_release": "max_message_size",
-    "queue_extend": "max_message_size",
-    "queue_redrive": "max_message_size",
-    "queue_checkpoints": "max_message_size",
-    "schedules": "max_message_size",  # a schedule holds a message template
-}
 
 #: Bytes read from the server's input at a time.
 CHUNK = 65536
@@ -62,18 +48,6 @@ def add_body_limit(config, route_name: str, limit: int) -> None:
     """Let ``route_name`` take bodies of up to ``limit`` bytes (the default
     is ``queuey.max_form_size``)."""
     web_state_of(config.registry).body_limits[route_name] = limit
-
-
-def limit_of(request) -> int:
-    """The largest body the request's route accepts."""
-    route = getattr(request, "matched_route", None)
-    registry = request.registry
-    default = services_of(registry).settings.max_form_size
-    return (
-        web_state_of(registry).body_limits.get(route.name, default)
-        if route is not None
-        else default
-    )
 
 
 def read_at_most(stream: Any, size: int) -> bytes:
@@ -86,10 +60,6 @@ def read_at_most(stream: Any, size: int) -> bytes:
         parts.append(chunk)
         got += len(chunk)
     return b"".join(parts)
-
-
-def too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge("body", f"the body is larger than {limit} bytes")
 
 
 class BodyLimits:
@@ -170,6 +140,9 @@ class BodyLimits:
 
 
 def includeme(config) -> None:
+    """The API's routes that take a body: the limit of each, as its
+    operation says (:data:`queuey.web.operations.OPERATIONS`)."""
     settings = services_of(config.registry).settings
-    for name, setting in API_LIMITS.items():
-        add_body_limit(config, name, getattr(settings, setting))
+    for operation in OPERATIONS:
+        if operation.body is not None:
+            add_body_limit(config, operation.route, getattr(settings, operation.body.limit))

@@ -6,10 +6,8 @@ import logging
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
-from pyramid.view import view_config
-
 from queuey.errors import StorageUnavailable
-from queuey.web.responses import json_response
+from queuey.web.responses import json_response, ok
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +22,11 @@ def release() -> str | None:
         return None
 
 
-@view_config(route_name="lbheartbeat", request_method=("GET", "HEAD"))
 def lbheartbeat(request):
     """Liveness only: the process answers."""
-    return json_response({"status": "ok"})
+    return ok()
 
 
-@view_config(route_name="heartbeat", request_method=("GET", "HEAD"))
 def heartbeat(request):
     """Readiness: storage (and ZooKeeper when configured) answer."""
     checks = {}
@@ -56,13 +52,6 @@ def heartbeat(request):
     return response
 
 
-@view_config(route_name="version", request_method=("GET", "HEAD"))
 def version_info(request):
-    return json_response(
-        {
-            "status": "ok",
-            "name": "queuey",
-            "version": release() or "unknown",
-            "storage": request.services.settings.storage_backend,
-        }
-    )
+    storage = request.services.settings.storage_backend
+    return ok(name="queuey", version=release() or "unknown", storage=storage)

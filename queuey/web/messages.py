@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from pyramid.view import view_config
-
 from queuey import ids
-from queuey.core.access import Permission
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
 from queuey.placement import random_partition
 from queuey.web.params import (
-    PATTERN_WORDS,
     InvalidParameters,
     PayloadTooLarge,
     json_body,
+    path_param,
     query,
     validate,
 )
 from queuey.web.responses import message_ref, messages_response, ok
-from queuey.web.schemas import MESSAGE_REFS_PATTERN
-
-MESSAGE_REFS = re.compile(MESSAGE_REFS_PATTERN)
 
 
 def new_message(
@@ -48,21 +41,18 @@ def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
     return ok(201, messages=[message_ref(m) for m in stored])
 
 
-@view_config(route_name="queue", request_method="POST", permission=Permission.MANAGE)
 def post_message(request):
     meta = request.context.meta
-    body = json_body(request, request.services.settings.max_message_size)
+    body = json_body(request)
     placement = validate(request.models.placement, query(request), meta.partitions)
     message = new_message(request, meta, body, placement, random_partition(meta.partitions), "")
     return _stored(request, meta, [message])
 
 
-@view_config(route_name="queue_batch", request_method="POST", permission=Permission.MANAGE)
 def post_batch(request):
     meta = request.context.meta
-    settings = request.services.settings
-    limit = settings.max_batch_messages
-    payload = json_body(request, settings.max_batch_size)
+    limit = request.services.settings.max_batch_messages
+    payload = json_body(request)
     entries = payload.get("messages") if isinstance(payload, dict) else None
     if isinstance(entries, list) and len(entries) > limit:
         raise PayloadTooLarge("messages", f"a batch holds at most {limit} messages")
@@ -86,7 +76,6 @@ def post_batch(request):
     return _stored(request, meta, messages)
 
 
-@view_config(route_name="queue", request_method="GET", permission=Permission.READ)
 def read_messages(request):
     meta = request.context.meta
     params = validate(request.models.read, query(request), meta.partitions)
@@ -114,10 +103,7 @@ def read_messages(request):
 
 
 def _refs(request, meta: QueueMeta) -> list[MessageRef]:
-    text = request.matchdict["ids"]
-    if not MESSAGE_REFS.fullmatch(text):
-        raise InvalidParameters({"ids": PATTERN_WORDS[MESSAGE_REFS_PATTERN]})
-    items = text.split(",")
+    items = path_param(request, "ids").split(",")
     if len(items) > MAX_READ:
         raise InvalidParameters({"ids": f"give 1 to {MAX_READ} message ids"})
     refs = []
@@ -132,14 +118,12 @@ def _refs(request, meta: QueueMeta) -> list[MessageRef]:
     return refs
 
 
-@view_config(route_name="queue_messages", request_method="GET", permission=Permission.READ)
 def get_messages(request):
     meta = request.context.meta
     found = request.storage.get_messages(meta, _refs(request, meta), request.clock.now_micros())
     return messages_response(found)
 
 
-@view_config(route_name="queue_messages", request_method="DELETE", permission=Permission.MANAGE)
 def delete_messages(request):
     meta = request.context.meta
     request.storage.delete_messages(meta, _refs(request, meta))

@@ -18,7 +18,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from pyramid.response import Response
-from pyramid.view import view_config
 
 from queuey.core.access import client_address
 from queuey.core.fairmetrics import MAX_QUEUES, FairGroups
@@ -274,7 +273,6 @@ def metrics_tween_factory(handler, registry):
     return tween
 
 
-@view_config(route_name="metrics", request_method="GET")
 def metrics_view(request):
     settings = request.services.settings
     # The caller's address as the API sees it (behind a trusted proxy, the

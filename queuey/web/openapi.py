@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
-from pyramid.view import view_config
 
 from queuey.web import ROUTES
 from queuey.web.health import release
@@ -196,7 +195,6 @@ def spec(models: Models) -> dict[str, Any]:
     }
 
 
-@view_config(route_name="openapi", request_method="GET")
 def openapi_view(request):
     web = web_state_of(request.registry)
     if web.openapi is None:

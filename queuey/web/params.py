@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from queuey import ids, jsonio
 from queuey.core.messages import GROUP_WORDS
+from queuey.core.services import services_of
 from queuey.errors import ServiceError
 from queuey.model.flow import GROUP_PATTERN
 from queuey.web.schemas import (
@@ -24,10 +25,12 @@ from queuey.web.schemas import (
     DEAD_LETTER_PATTERN,
     MESSAGE_REFS_PATTERN,
     PARTITIONS_PATTERN,
+    PATH_PARAMS,
     QUEUE_NAME_PATTERN,
     QUEUE_REF_PATTERN,
     SUBSCRIPTION_PATTERN,
 )
+from queuey.web.state import web_state_of
 
 __all__ = [
     "PATTERN_WORDS",
@@ -38,12 +41,11 @@ __all__ = [
     "json_body",
     "parse_pairs",
     "query",
-    "queue_name",
+    "path_param",
     "validate",
 ]
 
 M = TypeVar("M", bound=BaseModel)
-_QUEUE_REF = re.compile(QUEUE_REF_PATTERN)
 
 
 class InvalidParameters(ServiceError, entry="invalid_parameters"):
@@ -81,7 +83,7 @@ PATTERN_WORDS = {
     ids.MESSAGE_ID_PATTERN: "must be a message id (32 hex digits of a version-1 UUID)",
     QUEUE_NAME_PATTERN: "must be 1 to 50 letters, digits, '_' or '-'",
     QUEUE_REF_PATTERN: "must be 1 to 80 letters, digits, '_' or '-' (or end in '.fifo')",
-    CONSUMER_PATTERN: "must be 1 to 100 letters, digits, '_', '.' or '-'",
+    CONSUMER_PATTERN: "must match [A-Za-z0-9_.-]{1,100}",
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
     DEAD_LETTER_PATTERN: "must be a queue name (1 to 50 letters, digits, '_' or '-') or empty",
@@ -156,15 +158,32 @@ def query(request) -> dict[str, str]:
     return parse_pairs(request.environ.get("QUERY_STRING", ""))
 
 
-def _body(request, limit: int) -> bytes:
-    """The raw body, 413 if it is over ``limit`` bytes (declared or actual)."""
+def limit_of(request) -> int:
+    """The largest body the request's route accepts (:mod:`queuey.web.bodies`)."""
+    route = getattr(request, "matched_route", None)
+    registry = request.registry
+    default = services_of(registry).settings.max_form_size
+    return (
+        web_state_of(registry).body_limits.get(route.name, default)
+        if route is not None
+        else default
+    )
+
+
+def too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+
+
+def _body(request) -> bytes:
+    """The raw body, 413 if it is over its route's limit (declared or actual)."""
     environ = request.environ
     raw = environ.get("queuey.body")
     if raw is not None:
         return raw
+    limit = limit_of(request)
     length = request.content_length
     if length is not None and length > limit:
-        raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+        raise too_large(limit)
     # Straight from the server's input, without WebOb's copy into a seekable
     # file; read at most one byte over the limit when no length is declared.
     stream = environ.get("wsgi.input")
@@ -177,25 +196,25 @@ def _body(request, limit: int) -> bytes:
     else:
         raw = b""
     if len(raw) > limit:
-        raise PayloadTooLarge("body", f"the body is larger than {limit} bytes")
+        raise too_large(limit)
     environ["queuey.body"] = raw
     return raw
 
 
-def json_body(request, limit: int) -> Any:
+def json_body(request) -> Any:
     """The request body as JSON (415 if it is not JSON, 413 if it is too large)."""
     # The body decides, not the Content-Type: `curl -d '{...}'` labels JSON as a form.
-    return jsonio.loads(_body(request, limit))
+    return jsonio.loads(_body(request))
 
 
-def form(request, limit: int) -> dict[str, str]:
+def form(request) -> dict[str, str]:
     """A form body's fields, strict UTF-8 like :func:`query` (WebOb's
     ``request.POST`` would turn bad bytes into U+FFFD and go on); 413 over
-    ``limit`` bytes."""
-    return parse_pairs(_body(request, limit))
+    the route's limit."""
+    return parse_pairs(_body(request))
 
 
-def form_or_json(request, limit: int) -> Any:
+def form_or_json(request) -> Any:
     """Parameters of POST/PUT on queues: a JSON body, or form fields.
 
     A body that starts with ``{`` is JSON whatever its Content-Type says, so
@@ -203,7 +222,7 @@ def form_or_json(request, limit: int) -> Any:
     Without a body, the query string holds them. :func:`validate` refuses a
     JSON body that is not an object.
     """
-    body = _body(request, limit)
+    body = _body(request)
     if not body:
         return query(request)
     if body.lstrip()[:1] != b"{" and request.content_type == "application/x-www-form-urlencoded":
@@ -211,7 +230,14 @@ def form_or_json(request, limit: int) -> Any:
     return jsonio.loads(body)
 
 
-def queue_name(name: str) -> str:
-    if not _QUEUE_REF.fullmatch(name):
-        raise InvalidParameters({"queue_name": PATTERN_WORDS[QUEUE_REF_PATTERN]})
-    return name
+_PATH_PATTERNS = {name: re.compile(param["pattern"]) for name, param in PATH_PARAMS.items()}
+
+
+def path_param(request, name: str, field: str | None = None) -> str:
+    """The path parameter ``name``, checked against its pattern
+    (:data:`queuey.web.schemas.PATH_PARAMS`); a bad one is named ``field``
+    (default ``name``)."""
+    value = request.matchdict[name]
+    if not _PATH_PATTERNS[name].fullmatch(value):
+        raise InvalidParameters({field or name: PATTERN_WORDS[PATH_PARAMS[name]["pattern"]]})
+    return value

@@ -6,18 +6,11 @@ settings and are changed through :class:`queuey.core.flowsettings.FlowSettings`.
 
 from __future__ import annotations
 
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
 from queuey.core.queues import check_queue_settings, queue_from
 from queuey.model import QueueMeta
 from queuey.model.flow import QUEUE_FIELDS
 from queuey.web.params import form_or_json, query, validate
 from queuey.web.responses import ok, queue_json
-
-
-def _body_limit(request) -> int:
-    return request.services.settings.max_message_size
 
 
 def _split(params) -> tuple[dict, dict]:
@@ -37,14 +30,12 @@ def new_queue(request, params, application: str) -> QueueMeta:
     return request.services.flow_settings.change_queue(created, flow) if flow else created
 
 
-@view_config(route_name="queues", request_method="POST", permission=Permission.MANAGE)
 def create_queue(request):
-    params = validate(request.models.create_queue, form_or_json(request, _body_limit(request)))
+    params = validate(request.models.create_queue, form_or_json(request))
     meta = new_queue(request, params, request.identity.application.name)
     return ok(201, **queue_json(meta))
 
 
-@view_config(route_name="queues", request_method="GET", permission=Permission.MANAGE)
 def list_queues(request):
     params = validate(request.models.list_queues, query(request))
     queues = request.storage.list_queues(
@@ -55,17 +46,13 @@ def list_queues(request):
     return ok(queues=[q.name for q in queues])
 
 
-@view_config(route_name="queue_info", request_method="GET", permission=Permission.READ)
 def queue_info(request):
     return ok(**queue_json(request.context.meta))
 
 
-@view_config(route_name="queue", request_method="PUT", permission=Permission.MANAGE)
 def update_queue(request):
     meta = request.context.meta
-    params = validate(
-        request.models.update_queue, form_or_json(request, _body_limit(request)), meta.partitions
-    )
+    params = validate(request.models.update_queue, form_or_json(request), meta.partitions)
     changes, flow = _split(params)
     check_queue_settings(
         meta.name,
@@ -82,18 +69,13 @@ def update_queue(request):
     return ok(**queue_json(updated))
 
 
-@view_config(route_name="queue_pause", request_method="POST", permission=Permission.MANAGE)
-def pause_queue(request):
-    """Refuse posts (503) until resumed; reserves go on."""
-    return ok(**queue_json(request.services.flow_settings.pause(request.context.meta)))
+def pause_or_resume(request):
+    """``.../pause`` refuses posts (503) until ``.../resume``; reserves go on."""
+    flow = request.services.flow_settings
+    change = flow.pause if request.matched_route.name.endswith("_pause") else flow.resume
+    return ok(**queue_json(change(request.context.meta)))
 
 
-@view_config(route_name="queue_resume", request_method="POST", permission=Permission.MANAGE)
-def resume_queue(request):
-    return ok(**queue_json(request.services.flow_settings.resume(request.context.meta)))
-
-
-@view_config(route_name="queue", request_method="DELETE", permission=Permission.MANAGE)
 def delete_queue(request):
     meta = request.context.meta
     params = validate(request.models.delete_queue, query(request))

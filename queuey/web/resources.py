@@ -6,17 +6,7 @@ from pyramid.decorator import reify
 
 from queuey.errors import QueueNotFound
 from queuey.model import QueueMeta
-from queuey.web.params import queue_name
-
-
-class ApplicationContext:
-    """``/queue``: the calling application's collection of queues."""
-
-    def __init__(self, request) -> None:
-        self.request = request
-
-    def is_public(self) -> bool:
-        return False
+from queuey.web.params import path_param
 
 
 class QueueContext:
@@ -24,7 +14,7 @@ class QueueContext:
 
     def __init__(self, request) -> None:
         self.request = request
-        self.name = queue_name(request.matchdict["name"])
+        self.name = path_param(request, "name", "queue_name")
 
     @reify
     def meta(self) -> QueueMeta:

@@ -5,20 +5,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel
 from pyramid.response import Response
 
 from queuey import ids, jsonio
 from queuey.core.flowsettings import FlowSettings
 from queuey.model import Delivery, Message, QueueMeta
 from queuey.model.flow import GROUP_KEY
+from queuey.web.answers import QueueInfo
 
 CONTENT_TYPE = "application/json"
 
 
-def json_response(data: dict[str, Any], status: int = 200) -> Response:
-    return Response(
-        body=jsonio.dumps_bytes(data), status=status, content_type=CONTENT_TYPE, charset="utf-8"
-    )
+def json_response(data: dict[str, Any] | bytes, status: int = 200) -> Response:
+    """``data`` as JSON, or JSON text already written (``bytes``)."""
+    body = data if isinstance(data, bytes) else jsonio.dumps_bytes(data)
+    return Response(body=body, status=status, content_type=CONTENT_TYPE, charset="utf-8")
 
 
 def ok(status: int = 200, **data: Any) -> Response:
@@ -66,10 +68,7 @@ def _message_text(m: Message, extra: str = "") -> str:
 
 
 def _messages_answer(parts: Iterable[str]) -> Response:
-    body = '{"status":"ok","messages":[' + ",".join(parts) + "]}"
-    return Response(
-        body=body.encode("utf-8"), status=200, content_type=CONTENT_TYPE, charset="utf-8"
-    )
+    return json_response(('{"status":"ok","messages":[' + ",".join(parts) + "]}").encode("utf-8"))
 
 
 def messages_response(messages: Iterable[Message]) -> Response:
@@ -92,21 +91,29 @@ def deliveries_response(deliveries: Iterable[Delivery]) -> Response:
     )
 
 
-def seconds_or_none(micros: int | None) -> float | None:
-    return None if micros is None else ids.micros_to_seconds(micros)
+def shown(record: type[BaseModel], found: Any, **given: Any) -> dict[str, Any]:
+    """``found`` as the answer ``record`` (:mod:`queuey.wire`,
+    :mod:`queuey.web.answers`) shows it: the record's fields in its order
+    (``status`` aside), each from ``given`` or else ``found``'s attribute of
+    that name; a ``*_timestamp`` (microseconds or ``None``) in seconds."""
+    fields = {}
+    for name in record.model_fields:
+        if name in given:
+            fields[name] = given[name]
+        elif name != "status":
+            value = getattr(found, name)
+            if name.endswith("_timestamp") and value is not None:
+                value = ids.micros_to_seconds(value)
+            fields[name] = value
+    return fields
 
 
 def queue_json(meta: QueueMeta) -> dict[str, Any]:
-    return {
-        "queue_name": meta.name,
-        "partitions": meta.partitions,
-        "created": meta.created // ids.MICROS,
-        "type": meta.type,
-        "ttl": meta.ttl,
-        "consistency": meta.consistency,
-        "visibility_timeout": meta.visibility_timeout,
-        "max_attempts": meta.max_attempts,
-        "dead_letter_queue": meta.dead_letter_name,
-        "delay": meta.delay,
-        "flow": FlowSettings.describe(meta),
-    }
+    return shown(
+        QueueInfo,
+        meta,
+        queue_name=meta.name,
+        created=meta.created // ids.MICROS,
+        dead_letter_queue=meta.dead_letter_name,
+        flow=FlowSettings.describe(meta),
+    )

@@ -16,9 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema
 from pydantic_core import PydanticCustomError
-from pyramid.view import view_config
 
-from queuey.core.access import Permission
 from queuey.core.cron import (
     EPOCH_ERROR,
     INSTANT_ERROR,
@@ -142,9 +140,8 @@ def _application(request) -> str:
     return request.identity.application.name
 
 
-@view_config(route_name="schedules", request_method="POST", permission=Permission.MANAGE)
 def create_schedule(request):
-    body = json_body(request, request.services.settings.max_message_size)
+    body = json_body(request)
     params = validate(CreateSchedule, body)
     made = request.services.schedules.create(
         _application(request), params.model_dump(exclude_none=True)
@@ -152,30 +149,21 @@ def create_schedule(request):
     return ok(201, **made.to_json())
 
 
-@view_config(route_name="schedules", request_method="GET", permission=Permission.MANAGE)
 def list_schedules(request):
     found = request.services.schedules.list(_application(request))
     return ok(schedules=[s.to_json() for s in found])
 
 
-@view_config(route_name="schedule", request_method="GET", permission=Permission.MANAGE)
 def get_schedule(request):
     return ok(**request.services.schedules.get(_application(request), _name(request)).to_json())
 
 
-@view_config(route_name="schedule", request_method="DELETE", permission=Permission.MANAGE)
 def delete_schedule(request):
     request.services.schedules.delete(_application(request), _name(request))
     return ok()
 
 
-@view_config(route_name="schedule_pause", request_method="POST", permission=Permission.MANAGE)
-def pause_schedule(request):
-    paused = request.services.schedules.pause(_application(request), _name(request))
-    return ok(**paused.to_json())
-
-
-@view_config(route_name="schedule_resume", request_method="POST", permission=Permission.MANAGE)
-def resume_schedule(request):
-    resumed = request.services.schedules.resume(_application(request), _name(request))
-    return ok(**resumed.to_json())
+def pause_or_resume(request):
+    schedules = request.services.schedules
+    change = schedules.pause if request.matched_route.name.endswith("_pause") else schedules.resume
+    return ok(**change(_application(request), _name(request)).to_json())

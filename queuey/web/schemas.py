@@ -168,25 +168,6 @@ Group = Annotated[
 QueueFlowFields = flow_model("queue", "QueueFlowFields")
 
 
-@dataclass(frozen=True)
-class Models:
-    """The request and response models of one app (its limits in them)."""
-
-    create_queue: type[Model]
-    update_queue: type[Model]
-    placement: type[Model]
-    batch: type[Model]
-    list_queues: type[Model]
-    read: type[Model]
-    delete_queue: type[Model]
-    checkpoints: type[Model]
-    reserve: type[Model]
-    ack: type[Model]
-    release: type[Model]
-    extend: type[Model]
-    redrive: type[Model]
-
-
 def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
     """Models whose bounds are this app's settings."""
     Partitions = Integer(1, max_partitions)  # noqa: N806
@@ -242,21 +223,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
     class Batch(Model):
         messages: list[BatchEntry] = Field(min_length=1)
 
-    return Models(
-        create_queue=CreateQueue,
-        update_queue=UpdateQueue,
-        placement=Placement,
-        batch=Batch,
-        list_queues=ListQueues,
-        read=ReadMessages,
-        delete_queue=DeleteQueue,
-        checkpoints=Checkpoints,
-        reserve=Reserve,
-        ack=Receipts,
-        release=Release,
-        extend=Extend,
-        redrive=Redrive,
-    )
+    return Models(CreateQueue, UpdateQueue, Placement, Batch)
 
 
 class ListQueues(Model):
@@ -337,6 +304,26 @@ class Checkpoints(Model):
     checkpoints: dict[PartitionNumber, MessageId] = Field(
         min_length=1, json_schema_extra={"additionalProperties": False}
     )
+
+
+@dataclass(frozen=True)
+class Models:
+    """The request models of one app: those :func:`build_models` makes with
+    the app's limits in them, and the others, the same for every app."""
+
+    create_queue: type[Model]
+    update_queue: type[Model]
+    placement: type[Model]
+    batch: type[Model]
+    list_queues: type[Model] = ListQueues
+    read: type[Model] = ReadMessages
+    delete_queue: type[Model] = DeleteQueue
+    checkpoints: type[Model] = Checkpoints
+    reserve: type[Model] = Reserve
+    ack: type[Model] = Receipts
+    release: type[Model] = Release
+    extend: type[Model] = Extend
+    redrive: type[Model] = Redrive
 
 
 # -- path parameters ----------------------------------------------------------------

@@ -8,45 +8,26 @@ settings.
 
 from __future__ import annotations
 
-import re
-
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
-from queuey.web.params import PATTERN_WORDS, InvalidParameters, json_body, validate
+from queuey.web.params import json_body, path_param, validate
 from queuey.web.responses import ok
-from queuey.web.schemas import SUBSCRIPTION_PATTERN, SubscriptionSettings
-
-_SUBSCRIPTION = re.compile(SUBSCRIPTION_PATTERN)
+from queuey.web.schemas import SubscriptionSettings
 
 
-def _subscription(request) -> str:
-    subscription = request.matchdict["subscription"]
-    if not _SUBSCRIPTION.fullmatch(subscription):
-        raise InvalidParameters({"subscription": PATTERN_WORDS[SUBSCRIPTION_PATTERN]})
-    return subscription
-
-
-@view_config(route_name="queue_subscriptions", request_method="GET", permission=Permission.MANAGE)
 def list_subscriptions(request):
     settings = request.services.subscriptions.settings(request.context.meta)
     return ok(subscriptions=[s.to_json() for s in settings])
 
 
-@view_config(route_name="queue_subscription", request_method="GET", permission=Permission.MANAGE)
 def show(request):
-    subscription = _subscription(request)
+    subscription = path_param(request, "subscription")
     return ok(
         **request.services.subscriptions.setting(request.context.meta, subscription).to_json()
     )
 
 
-@view_config(route_name="queue_subscription", request_method="PUT", permission=Permission.MANAGE)
 def configure(request):
-    subscription = _subscription(request)
-    params = validate(
-        SubscriptionSettings, json_body(request, request.services.settings.max_form_size)
-    )
+    subscription = path_param(request, "subscription")
+    params = validate(SubscriptionSettings, json_body(request))
     given = {name: getattr(params, name) for name in params.model_fields_set}
     done = request.services.subscriptions.configure(
         request.context.meta, subscription, given, request.services.flow_settings
@@ -54,25 +35,11 @@ def configure(request):
     return ok(**done.to_json())
 
 
-def _paused(request, paused: bool):
-    subscription = _subscription(request)
+def pause_or_resume(request):
+    """``.../pause``: hand out nothing (reserves answer empty, long polls wait)
+    until ``.../resume``; leases already out stay valid."""
+    subscription = path_param(request, "subscription")
     flow = request.services.flow_settings
-    change = flow.pause if paused else flow.resume
+    change = flow.pause if request.matched_route.name.endswith("_pause") else flow.resume
     updated = change(request.context.meta, subscription)
     return ok(**request.services.subscriptions.setting(updated, subscription).to_json())
-
-
-@view_config(
-    route_name="queue_subscription_pause", request_method="POST", permission=Permission.MANAGE
-)
-def pause(request):
-    """Hand out nothing (reserves answer empty, long polls wait) until resumed;
-    leases already out stay valid."""
-    return _paused(request, True)
-
-
-@view_config(
-    route_name="queue_subscription_resume", request_method="POST", permission=Permission.MANAGE
-)
-def resume(request):
-    return _paused(request, False)

@@ -7,17 +7,16 @@ the waiting.
 
 from __future__ import annotations
 
-from pyramid.view import view_config
-
-from queuey.core.access import Permission
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
 from queuey.web.params import form_or_json, json_body, validate
-from queuey.web.responses import deliveries_response, ok, seconds_or_none
-
-
-def _body_limit(request) -> int:
-    return request.services.settings.max_message_size
+from queuey.web.responses import deliveries_response, ok, shown
+from queuey.wire import (
+    PartitionStatsAnswer,
+    RedriveAnswer,
+    StatsAnswer,
+    SubscriptionStatsAnswer,
+)
 
 
 def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
@@ -26,12 +25,9 @@ def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
     return len(statuses) - len(failed), failed
 
 
-@view_config(route_name="queue_reserve", request_method="POST", permission=Permission.MANAGE)
 def reserve(request):
     meta = request.context.meta
-    params = validate(
-        request.models.reserve, form_or_json(request, _body_limit(request)), meta.partitions
-    )
+    params = validate(request.models.reserve, form_or_json(request), meta.partitions)
     partitions = (
         list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
     )
@@ -62,19 +58,17 @@ def reserve(request):
     return deliveries_response(reservation.deliveries)
 
 
-@view_config(route_name="queue_ack", request_method="POST", permission=Permission.MANAGE)
 def ack(request):
     meta = request.context.meta
-    params = validate(request.models.ack, json_body(request, _body_limit(request)))
+    params = validate(request.models.ack, json_body(request))
     statuses = request.services.workqueues.ack(meta, params.subscription, params.receipts)
     acked, failed = _outcome(statuses)
     return ok(acked=acked, failed=failed)
 
 
-@view_config(route_name="queue_release", request_method="POST", permission=Permission.MANAGE)
 def release(request):
     meta = request.context.meta
-    params = validate(request.models.release, json_body(request, _body_limit(request)))
+    params = validate(request.models.release, json_body(request))
     done = request.services.workqueues.release(
         meta, params.subscription, params.receipts, delay=params.delay, error=params.error
     )
@@ -84,10 +78,9 @@ def release(request):
     return ok(released=released, dead_lettered=done.dead_lettered, failed=failed)
 
 
-@view_config(route_name="queue_extend", request_method="POST", permission=Permission.MANAGE)
 def extend(request):
     meta = request.context.meta
-    params = validate(request.models.extend, json_body(request, _body_limit(request)))
+    params = validate(request.models.extend, json_body(request))
     statuses = request.services.workqueues.extend(
         meta, params.subscription, params.receipts, params.visibility_timeout
     )
@@ -96,46 +89,25 @@ def extend(request):
     return ok(extended=extended, failed=failed)
 
 
-@view_config(route_name="queue_stats", request_method="GET", permission=Permission.MANAGE)
 def stats(request):
     meta = request.context.meta
     found = request.services.workqueues.stats(meta)
-    filters = {s.subscription: s.filter for s in request.services.subscriptions.settings(meta)}
+    settings = request.services.subscriptions.settings(meta)
+    filters = {s.subscription: s.filter.to_json() for s in settings if s.filter}
+    parts = [shown(PartitionStatsAnswer, p) for p in found.partitions]
+    subs = [
+        shown(SubscriptionStatsAnswer, s, filter=filters.get(s.subscription))
+        for s in found.subscriptions
+    ]
     return ok(
-        queue_name=meta.name,
-        messages=found.messages,
-        oldest_timestamp=seconds_or_none(found.oldest_timestamp),
-        partitions=[
-            {
-                "partition": p.partition,
-                "messages": p.messages,
-                "oldest_timestamp": seconds_or_none(p.oldest_timestamp),
-            }
-            for p in found.partitions
-        ],
-        subscriptions=[
-            {
-                "subscription": s.subscription,
-                "available": s.available,
-                "in_flight": s.in_flight,
-                "delayed": s.delayed,
-                "dead_lettered": s.dead_lettered,
-                "oldest_available_timestamp": seconds_or_none(s.oldest_available_timestamp),
-                "filter": f.to_json() if (f := filters.get(s.subscription)) else None,
-            }
-            for s in found.subscriptions
-        ],
+        **shown(StatsAnswer, found, queue_name=meta.name, partitions=parts, subscriptions=subs)
     )
 
 
-@view_config(route_name="queue_redrive", request_method="POST", permission=Permission.MANAGE)
 def redrive(request):
     meta = request.context.meta
-    params = validate(request.models.redrive, form_or_json(request, _body_limit(request)))
+    params = validate(request.models.redrive, form_or_json(request))
     result = request.services.workqueues.redrive(meta, params.limit)
     return ok(
-        moved=result.moved,
-        reposted=result.reposted,
-        skipped=len(result.skipped),
-        skipped_messages=result.skipped,
+        **shown(RedriveAnswer, result, skipped=len(result.skipped), skipped_messages=result.skipped)
     )
