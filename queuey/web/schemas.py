@@ -118,6 +118,13 @@ def _partitions_in_queue(value: str | None, info: ValidationInfo) -> str | None:
     return value
 
 
+#: A comma list of partition numbers of the queue the request names.
+PartitionList = Annotated[
+    Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
+    AfterValidator(_partitions_in_queue),
+]
+
+
 def _only_grows(value: int | None, info: ValidationInfo) -> int | None:
     count = _queue_partitions(info)
     if value is not None and count is not None and value < count:
@@ -237,10 +244,9 @@ class ReadMessages(Model):
     since_timestamp: Seconds = Field(None, description="only messages strictly newer")
     limit: Integer(1, MAX_READ, description="most messages returned") = DEFAULT_READ
     order: Order = Field("descending", description="newest first, or oldest first")
-    partitions: Annotated[
-        Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
-        AfterValidator(_partitions_in_queue),
-    ] = Field(None, description="comma list of partitions; default all, merged by time")
+    partitions: PartitionList = Field(
+        None, description="comma list of partitions; default all, merged by time"
+    )
 
 
 class Reserve(Model):
@@ -248,10 +254,7 @@ class Reserve(Model):
     limit: Integer(1, MAX_RESERVE, description="most messages leased") = 1
     visibility_timeout: VisibilityTimeout = Field(None, description="default the queue's")
     wait: Integer(0, MAX_WAIT, description="seconds to long-poll for a message") = 0
-    partitions: Annotated[
-        Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
-        AfterValidator(_partitions_in_queue),
-    ] = Field(None, description="comma list of partitions; default all")
+    partitions: PartitionList = Field(None, description="comma list of partitions; default all")
 
 
 class Receipts(Model):
