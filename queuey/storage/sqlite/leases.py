@@ -14,7 +14,7 @@ import uuid
 
 from queuey import ids
 from queuey.model import Message, QueueMeta
-from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
+from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
 #: Leases and dead-letter claims running at a time, of live messages: what
@@ -53,8 +53,7 @@ def lease_key(queue: QueueMeta, subscription: str, partition: int, message_id: u
 def live_message(conn: sqlite3.Connection, key: tuple, now: int) -> Message | None:
     """The unexpired message a lease ``key`` stands for, or ``None``."""
     row = conn.execute(
-        f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
-        "AND ts = ? AND tiebreak = ? AND expires > ?",
+        f"SELECT {COLUMNS} FROM messages WHERE {MESSAGE_KEY} AND expires > ?",
         (key[0], *key[2:], now),
     ).fetchone()
     return row_to_message(row) if row is not None else None

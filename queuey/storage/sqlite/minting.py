@@ -12,7 +12,7 @@ import uuid
 
 from queuey import ids
 from queuey.model import Message, NewMessage, QueueMeta
-from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
+from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 
 class Minter:
@@ -72,8 +72,7 @@ class DedupIds:
             return None
         partition, ts, tb, raw = row
         found = conn.execute(
-            f"SELECT {COLUMNS} FROM messages "
-            "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ?",
+            f"SELECT {COLUMNS} FROM messages WHERE {MESSAGE_KEY}",
             (queue.incarnation, partition, ts, tb),
         ).fetchone()
         if found is not None:

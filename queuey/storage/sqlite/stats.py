@@ -20,7 +20,6 @@ import sqlite3
 
 from queuey.model import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
 from queuey.model.subscriptions import Accept, accepts
-from queuey.storage.sqlite.database import Database
 from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
 
 _COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
@@ -44,18 +43,13 @@ _LEASES = (
 )
 
 
-def read_stats(db: Database, queue: QueueMeta, now: int) -> QueueStats:
-    """:func:`queue_stats` in a read transaction of its own."""
-
-    def run() -> QueueStats:
-        conn = db.reader()
-        conn.execute("BEGIN")
-        try:
-            return queue_stats(conn, queue, now)
-        finally:
-            conn.execute("COMMIT")
-
-    return db.run(run)
+def subscription_names(conn: sqlite3.Connection, queue: QueueMeta) -> list[str]:
+    """The queue's subscriptions, by name."""
+    rows = conn.execute(
+        "SELECT subscription FROM subscriptions WHERE incarnation = ? ORDER BY subscription",
+        (queue.incarnation,),
+    )
+    return [name for (name,) in rows]
 
 
 def _min(*values: int | None) -> int | None:
@@ -82,14 +76,10 @@ def queue_stats(conn: sqlite3.Connection, queue: QueueMeta, now: int) -> QueueSt
         "SELECT COUNT(*) FROM messages WHERE incarnation = ? AND ts > ? AND expires > ?",
         (inc, visible, now),
     ).fetchone()
-    names = [
-        name
-        for (name,) in conn.execute(
-            "SELECT subscription FROM subscriptions WHERE incarnation = ? ORDER BY subscription",
-            (inc,),
-        )
+    subscriptions = [
+        _subscription(conn, queue, name, now, visible, not_due)
+        for name in subscription_names(conn, queue)
     ]
-    subscriptions = [_subscription(conn, queue, name, now, visible, not_due) for name in names]
     return QueueStats(
         messages=sum(p.messages for p in partitions),
         oldest_timestamp=_min(*(p.oldest_timestamp for p in partitions)),
