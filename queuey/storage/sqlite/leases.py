@@ -17,13 +17,16 @@ from queuey.model import Message, QueueMeta
 from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+#: A lease ``l`` joined to its message ``m``.
+LEASED_MESSAGE = (
+    "JOIN messages m ON m.incarnation = l.incarnation AND m.partition = l.partition "
+    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak"
+)
 #: Leases and dead-letter claims running at a time, of live messages: what
 #: :mod:`.stats` counts as in flight, found through the ``leases_due`` index
 #: (one range per state) and a primary-key probe of each message.
 _IN_FLIGHT = (
-    "SELECT COUNT(*) FROM leases l INDEXED BY leases_due JOIN messages m "
-    "ON m.incarnation = l.incarnation AND m.partition = l.partition "
-    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    f"SELECT COUNT(*) FROM leases l INDEXED BY leases_due {LEASED_MESSAGE} "
     "WHERE l.incarnation = ? AND l.subscription = ? AND l.state IN ('leased', 'claimed') "
     "AND l.visible_at > ? AND m.expires > ?"
 )

@@ -211,13 +211,11 @@ MIGRATIONS = (
 MESSAGE_KEY = "incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ?"
 #: The message columns :func:`row_to_message` reads, in its order.
 COLUMNS = "id, ts, partition, body, expires, priority, attributes"
+#: :data:`COLUMNS` of a message named ``m`` in a join.
+M_COLUMNS = ", ".join("m." + c for c in COLUMNS.split(", "))
 #: The queue columns, named and ordered as :class:`QueueMeta`'s fields.
 QUEUE_FIELDS = tuple(field.name for field in fields(QueueMeta))
 QUEUE_COLUMNS = ", ".join(QUEUE_FIELDS)
-
-
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
 
 
 def current_version(conn: sqlite3.Connection) -> int:
@@ -245,7 +243,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     applied: list[str] = []
     for step, script, adds in MIGRATIONS:
         if version < step:
-            for statement in _statements(script):
+            for statement in script.split(";"):
                 conn.execute(statement)
             applied.append(f"version {step}: {adds}")
     if applied:
