@@ -52,8 +52,7 @@ def subscription_names(conn: sqlite3.Connection, queue: QueueMeta) -> list[str]:
 
 
 def _min(*values: int | None) -> int | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
+    return min((v for v in values if v is not None), default=None)
 
 
 def queue_stats(conn: sqlite3.Connection, queue: QueueMeta, now: int) -> QueueStats:
