@@ -21,7 +21,7 @@ def test_messages_survive_reopening(tmp_path, clock):
     reopened = SQLiteStorage(tmp_path / "db.sqlite3", clock)
     got = reopened.read_messages(queue, ReadQuery(partitions=[1], now_micros=clock.now_micros()))
     assert [m.id for m in got] == [stored[0].id]
-    assert reopened._reader().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert reopened._db.reader().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     reopened.close()
 
 

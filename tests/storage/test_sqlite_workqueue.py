@@ -159,7 +159,7 @@ def test_sweep_clears_leases_and_dedup_ids(store, clock):
     reserve(store, queue, clock.now_micros())
     clock.advance(6)
     assert store.sweep_expired() == 1
-    conn = store._reader()
+    conn = store._db.reader()
     assert conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 1
     assert conn.execute("SELECT COUNT(*) FROM dedup").fetchone()[0] == 1
     clock.advance(store.dedup_window)

@@ -181,11 +181,11 @@ def test_a_large_purge_or_delete_does_not_stall_another_queues_posts(tmp_path, c
     assert worst < 0.3 and worst < took[0] / 3, (worst, took)
     assert switched_reads > 0
     assert read_all(store, big, now) == []  # the old incarnation's rows are gone too
-    assert store._reader().execute("SELECT count(*) FROM retired").fetchone() == (0,)
+    assert store._db.reader().execute("SELECT count(*) FROM retired").fetchone() == (0,)
     store.close()
     reopened = SQLiteStorage(tmp_path / "db.sqlite3", clock, sweep_interval=0)
     try:
-        rows = reopened._reader().execute("SELECT count(*) FROM messages").fetchone()[0]
+        rows = reopened._db.reader().execute("SELECT count(*) FROM messages").fetchone()[0]
         assert rows == posts
         if job == "purge":
             assert read_all(reopened, reopened.get_queue("a", "big"), now) == []
@@ -269,7 +269,7 @@ def test_rows_a_purge_left_behind_stay_hidden_and_the_sweep_removes_them(
     monkeypatch.undo()
     reopened = SQLiteStorage(path, clock, sweep_interval=0)
     try:
-        conn = reopened._reader()
+        conn = reopened._db.reader()
         assert conn.execute("SELECT count(*) FROM messages").fetchone() == (10,)
         assert read_all(reopened, reopened.get_queue("a", "q"), clock.now_micros()) == []
         reopened.sweep_expired()

@@ -11,9 +11,7 @@ in the background (:mod:`.sweeper`), never on a request.
 from __future__ import annotations
 
 import logging
-import sqlite3
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from queuey import ids
@@ -30,19 +28,18 @@ from queuey.model import (
     ReceiptStatus,
     Reserved,
 )
-from queuey.model.schedules import Schedule
 from queuey.storage import Storage
-from queuey.storage.asks import ExtendAsk, QueueChange, ReleaseAsk, ReserveAsk
-from queuey.storage.sqlite.batches import BatchDeleter
-from queuey.storage.sqlite.checkpoints import read_checkpoints, write_checkpoints
+from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
+from queuey.storage.sqlite.batches import BatchDeleter, batch_delete
+from queuey.storage.sqlite.checkpoints import SqliteCheckpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit
 from queuey.storage.sqlite.leases import in_flight as count_in_flight
 from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
-from queuey.storage.sqlite.queues import QueueCatalog
+from queuey.storage.sqlite.queues import SqliteQueues
 from queuey.storage.sqlite.schedules import SqliteSchedules
 from queuey.storage.sqlite.schema import migrate
-from queuey.storage.sqlite.stats import read_stats
+from queuey.storage.sqlite.stats import queue_stats, subscription_names
 from queuey.storage.sqlite.sweeper import Sweeper
 from queuey.storage.sqlite.workqueue import SqliteWorkQueue
 
@@ -54,22 +51,16 @@ MAX_TTL = (2**63 - 1 - ids.MAX_MICROS) // ids.MICROS
 #: Expired rows deleted per transaction: the sweep releases the write lock
 #: between batches, so posts never wait long behind it.
 SWEEP_BATCH = 5000
-SWEEP_MESSAGES = (
-    "DELETE FROM messages WHERE (incarnation, partition, ts, tiebreak) IN "
-    "(SELECT incarnation, partition, ts, tiebreak FROM messages WHERE expires <= ? LIMIT ?)"
-)
-SWEEP_LEASES = (
-    "DELETE FROM leases WHERE (incarnation, subscription, partition, ts, tiebreak) IN "
-    "(SELECT incarnation, subscription, partition, ts, tiebreak FROM leases "
-    "WHERE expires <= ? LIMIT ?)"
-)
-SWEEP_DEDUP = (
-    "DELETE FROM dedup WHERE (incarnation, dedup_id) IN "
-    "(SELECT incarnation, dedup_id FROM dedup WHERE until <= ? LIMIT ?)"
+#: The sweep's deletions, in order: expired messages (the count it returns),
+#: their leases, dedup ids past their window.
+SWEEPS = (
+    batch_delete("messages", "expires <= ?"),
+    batch_delete("leases", "expires <= ?"),
+    batch_delete("dedup", "until <= ?"),
 )
 
 
-class SQLiteStorage(Storage):
+class SQLiteStorage(SqliteQueues, SqliteCheckpoints, SqliteSchedules, Storage):
     """Queues, messages, subscriptions and checkpoints in one SQLite file.
 
     Expired rows (messages, their leases, dedup ids past the window) are
@@ -88,12 +79,14 @@ class SQLiteStorage(Storage):
     Fences happen only while a due delayed message is above ``last_ts``, that
     is until the next post or fence.
 
-    Purge and delete never hold the write lock for a whole queue: one short
-    transaction switches the queue to a new incarnation (or removes it) and
-    records the old incarnation in ``retired``, so its rows are unreachable
-    at once; the request then removes them in batches, one transaction each,
-    letting waiting writers in between (:mod:`.batches`). If that is cut
-    short (a crash, the store closing, a busy lock), the next sweep finishes it.
+    Queues, checkpoints and schedules are mixed in (:mod:`.queues`,
+    :mod:`.checkpoints`, :mod:`.schedules`). Purge and delete never hold the
+    write lock for a whole queue: one short transaction switches the queue to
+    a new incarnation (or removes it) and records the old incarnation in
+    ``retired``, so its rows are unreachable at once; the request then removes
+    them in batches, one transaction each, letting waiting writers in between
+    (:mod:`.batches`). If that is cut short (a crash, the store closing, a
+    busy lock), the next sweep finishes it.
     """
 
     write_timeout_seconds = 0.0
@@ -115,9 +108,7 @@ class SQLiteStorage(Storage):
         self._db = Database(self.path, busy_timeout)
         self._metadata_changes: SharedCounter | None = None
         self._commits = GroupCommit(self._db, clock, dedup_window)
-        self._queues = QueueCatalog(self._db, clock)
         self._work = SqliteWorkQueue(self._db)
-        self._schedules = SqliteSchedules(self._db)
         # A lambda, not the bound method: the sweep is looked up at each run.
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
@@ -126,33 +117,15 @@ class SQLiteStorage(Storage):
         with self._db.write() as conn:
             migrate(conn)
 
-    # -- connections ------------------------------------------------------------
-    def _reader(self) -> sqlite3.Connection:
-        return self._db.reader()
-
-    # -- queues -------------------------------------------------------------------
-    def create_queue(self, meta: QueueMeta) -> QueueMeta:
-        return self._queues.create(meta)
-
-    def get_queue(self, application: str, name: str) -> QueueMeta:
-        return self._queues.get(application, name)
-
-    def list_queues(
-        self, application: str, limit: int = 100, after: str | None = None
-    ) -> list[QueueMeta]:
-        return self._queues.list(application, limit, after)
-
-    def update_queue_ask(self, application: str, name: str, change: QueueChange) -> QueueMeta:
-        return self._queues.update(application, name, change)
-
+    # -- queues (the rest in :mod:`.queues`) ------------------------------------------
     def delete_queue(self, application: str, name: str) -> None:
         """Remove the queue at once; its rows go afterwards, in batches (see the class)."""
-        self._reclaim_after_change(self._queues.delete(application, name))
+        self._reclaim_after_change(self._remove_queue(application, name))
 
     def purge_queue(self, application: str, name: str) -> QueueMeta:
         """Switch the queue to a new incarnation at once; the old one's rows go
         afterwards, in batches (see the class)."""
-        fresh, retired = self._queues.purge(application, name)
+        fresh, retired = self._switch_incarnation(application, name)
         self._reclaim_after_change(retired)
         return fresh
 
@@ -211,10 +184,8 @@ class SQLiteStorage(Storage):
             if not self._sweeper.stopping:
                 self._batches.reclaim(incarnation)
         now = self.clock.now_micros()
-        removed = self._batches.run(SWEEP_MESSAGES, (now,), SWEEP_BATCH)
-        self._batches.run(SWEEP_LEASES, (now,), SWEEP_BATCH)
-        self._batches.run(SWEEP_DEDUP, (now,), SWEEP_BATCH)
-        return removed
+        removed = [self._batches.run(sweep, (now,), SWEEP_BATCH) for sweep in SWEEPS]
+        return removed[0]
 
     # -- work queues --------------------------------------------------------------
     def reserve_ask(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
@@ -226,11 +197,7 @@ class SQLiteStorage(Storage):
     def in_flight(self, queue: QueueMeta, subscription: str, now_micros: int) -> int:
         """Exact, as the stats count it, from one indexed count on a read
         connection (:func:`.leases.in_flight`)."""
-
-        def run() -> int:
-            return count_in_flight(self._reader(), queue, subscription, now_micros)
-
-        return self._db.run(run)
+        return self._db.read(lambda conn: count_in_flight(conn, queue, subscription, now_micros))
 
     def ack(
         self, queue: QueueMeta, subscription: str, receipts: Sequence[str], now_micros: int
@@ -254,40 +221,11 @@ class SQLiteStorage(Storage):
 
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
         """Exact counts from one read snapshot (:mod:`.stats`)."""
-        return read_stats(self._db, queue, now_micros)
-
-    # -- checkpoints --------------------------------------------------------------
-    def get_checkpoints(self, application: str, queue: str, consumer: str) -> dict[int, uuid.UUID]:
-        return read_checkpoints(self._db, application, queue, consumer)
-
-    def set_checkpoints(
-        self,
-        application: str,
-        queue: str,
-        consumer: str,
-        checkpoints: Mapping[int, uuid.UUID],
-    ) -> None:
-        write_checkpoints(self._db, application, queue, consumer, checkpoints)
-
-    # -- schedules (:mod:`.schedules`) ----------------------------------------------
-    def create_schedule(self, schedule: Schedule) -> Schedule:
-        return self._schedules.create(schedule)
-
-    def get_schedule(self, application: str, name: str) -> Schedule:
-        return self._schedules.get(application, name)
-
-    def list_schedules(self, application: str) -> list[Schedule]:
-        return self._schedules.list(application)
-
-    def update_schedule(self, schedule: Schedule) -> Schedule | None:
-        return self._schedules.update(schedule)
-
-    def delete_schedule(self, application: str, name: str) -> None:
-        self._schedules.delete(application, name)
+        return self._db.read(lambda conn: queue_stats(conn, queue, now_micros), snapshot=True)
 
     # -- operations ---------------------------------------------------------------
     def ping(self) -> None:
-        self._db.run(lambda: self._reader().execute("SELECT 1").fetchone())
+        self._db.read(lambda conn: conn.execute("SELECT 1").fetchone())
 
     def metadata_changes(self) -> SharedCounter | None:
         """A counter in shared memory beside the file (``<file>-queues.version``),
@@ -300,16 +238,7 @@ class SQLiteStorage(Storage):
 
     def subscriptions(self, queue: QueueMeta) -> list[str]:
         """From the subscriptions table (one indexed read)."""
-
-        def run() -> list[str]:
-            rows = self._reader().execute(
-                "SELECT subscription FROM subscriptions WHERE incarnation = ? "
-                "ORDER BY subscription",
-                (queue.incarnation,),
-            )
-            return [row[0] for row in rows]
-
-        return self._db.run(run)
+        return self._db.read(lambda conn: subscription_names(conn, queue))
 
     def flow_state_path(self) -> str | None:
         """``<file>.limits`` beside the database, which every process sharing

@@ -33,11 +33,15 @@ INCARNATION_TABLES = {
     "subscriptions": "incarnation, subscription",
     "dedup": "incarnation, dedup_id",
 }
-RECLAIM = {
-    table: f"DELETE FROM {table} WHERE ({key}) IN "
-    f"(SELECT {key} FROM {table} WHERE incarnation = ? LIMIT ?)"
-    for table, key in INCARNATION_TABLES.items()
-}
+
+
+def batch_delete(table: str, where: str) -> str:
+    """A ``DELETE`` of up to ``LIMIT ?`` rows of ``table`` matching ``where``, by primary key."""
+    key = INCARNATION_TABLES[table]
+    return f"DELETE FROM {table} WHERE ({key}) IN (SELECT {key} FROM {table} WHERE {where} LIMIT ?)"
+
+
+RECLAIM = {table: batch_delete(table, "incarnation = ?") for table in INCARNATION_TABLES}
 
 
 def retire(conn: sqlite3.Connection, incarnation: str, now_micros: int) -> None:
@@ -73,9 +77,7 @@ class BatchDeleter:
 
     def retired(self) -> list[str]:
         """The incarnations whose rows are still to go."""
-        rows = self.db.run(
-            lambda: self.db.reader().execute("SELECT incarnation FROM retired").fetchall()
-        )
+        rows = self.db.read(lambda conn: conn.execute("SELECT incarnation FROM retired").fetchall())
         return [incarnation for (incarnation,) in rows]
 
     def reclaim(self, incarnation: str) -> None:

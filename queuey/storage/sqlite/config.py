@@ -45,14 +45,10 @@ def sqlite_settings(settings: Mapping[str, Any]) -> SQLiteSettings:
     return SQLITE.parse(settings, os.environ)
 
 
-def _path(settings: Mapping[str, Any]) -> str:
-    return sqlite_settings(settings).path
-
-
 def upgrade_schema(settings: Mapping[str, Any]) -> list[str]:
     """Create or migrate the file's schema; returns the steps applied (none when
     up to date). One write transaction, so a concurrent opener waits for it."""
-    db = Database(_path(settings), busy_timeout=30.0)
+    db = Database(sqlite_settings(settings).path, busy_timeout=30.0)
     try:
         with db.write() as conn:
             return migrate(conn)
@@ -63,7 +59,7 @@ def upgrade_schema(settings: Mapping[str, Any]) -> list[str]:
 def schema_version(settings: Mapping[str, Any]) -> str:
     """``"<file's version> of <this release's>"``; ``0`` when there is no file yet
     (which this does not create)."""
-    path = _path(settings)
+    path = sqlite_settings(settings).path
     if not Path(path).exists():
         return f"0 of {SCHEMA_VERSION}"
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

@@ -335,10 +335,18 @@ class Database:
             conn = self._local.conn = self._connect()
         return conn
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """``fn()``, with SQLite errors turned into ``StorageUnavailable``."""
+    def read(self, fn: Callable[[sqlite3.Connection], T], snapshot: bool = False) -> T:
+        """``fn`` on this thread's read connection (with ``snapshot``, inside one
+        read transaction), SQLite errors turned into ``StorageUnavailable``."""
         try:
-            return fn()
+            conn = self.reader()
+            if not snapshot:
+                return fn(conn)
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise unavailable(exc) from exc
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from queuey.model import DeadLetter, Message, MessageRef, QueueMeta, make_receipt
 from queuey.storage.sqlite.leases import LEASE_KEY, lease_key, new_token
+from queuey.storage.sqlite.schema import MESSAGE_KEY
 
 
 def claim(conn: sqlite3.Connection, key: tuple, until: int, last_error: str) -> str:
@@ -52,8 +53,7 @@ def reopen(
             "attempts = 0, last_error = '', first_at = 0, generation = ? "
             f"WHERE {LEASE_KEY} AND id = ? "
             "AND state IN ('acked', 'dead') AND EXISTS (SELECT 1 FROM messages "
-            "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ? "
-            "AND expires > ?)",
+            f"WHERE {MESSAGE_KEY} AND expires > ?)",
             (now, new_token(), *key, ref.id.bytes, key[0], *key[2:], now),
         ).rowcount
     return reopened

@@ -28,8 +28,8 @@ from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
 from queuey.model import Message, NewMessage, QueueMeta
 from queuey.storage.sqlite.database import Database, WriteLockTimeout, unavailable
-from queuey.storage.sqlite.minting import DedupIds, Minter
-from queuey.storage.sqlite.schema import dump_attributes, tiebreak
+from queuey.storage.sqlite.minting import DedupIds, delayed_id
+from queuey.storage.sqlite.schema import dump_attributes, last_ts, tiebreak
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class GroupCommit:
     def __init__(self, db: Database, clock: Clock, dedup_window: int = 300) -> None:
         self.db = db
         self.clock = clock
-        self._minter = Minter()
+        self._ids = ids.IdGenerator()
         self._dedup = DedupIds(dedup_window)
         self._pending_lock = threading.Lock()
         self._pending: list[WriteJob] = []
@@ -129,7 +129,7 @@ class GroupCommit:
         conn = self.db.writer
         try:
             conn.execute("BEGIN IMMEDIATE")
-            (last,) = conn.execute("SELECT value FROM state WHERE key = 'last_ts'").fetchone()
+            last = last_ts(conn)
             if len(jobs) == 1:
                 # Alone in the commit: the transaction is the job's savepoint
                 # (a failure rolls back exactly its messages).
@@ -182,14 +182,14 @@ class GroupCommit:
                     stored.append(first)
                     continue
             if message.delay > 0:
-                message_id = self._minter.delayed(now + message.delay * ids.MICROS, last)
+                message_id = delayed_id(now + message.delay * ids.MICROS, last)
                 ts = ids.micros_of(message_id)
                 # Settled up to now (not up to the delayed id): readers then
                 # rarely need a fence for it once it is due.
                 last = max(last, now)
             else:
-                ts = last = self._minter.next(max(now, last + 1))
-                message_id = self._minter.make(ts)
+                ts = last = self._ids.next_micros(max(now, last + 1))
+                message_id = self._ids.make(ts)
             # Expiry counts from the post, not from the (later) delayed timestamp.
             expires = (now if message.delay > 0 else ts) + message.ttl * ids.MICROS
             attributes = dict(message.attributes) if message.attributes else None

@@ -14,16 +14,19 @@ import uuid
 
 from queuey import ids
 from queuey.model import Message, QueueMeta
-from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
+from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+#: A lease ``l`` joined to its message ``m``.
+LEASED_MESSAGE = (
+    "JOIN messages m ON m.incarnation = l.incarnation AND m.partition = l.partition "
+    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak"
+)
 #: Leases and dead-letter claims running at a time, of live messages: what
 #: :mod:`.stats` counts as in flight, found through the ``leases_due`` index
 #: (one range per state) and a primary-key probe of each message.
 _IN_FLIGHT = (
-    "SELECT COUNT(*) FROM leases l INDEXED BY leases_due JOIN messages m "
-    "ON m.incarnation = l.incarnation AND m.partition = l.partition "
-    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    f"SELECT COUNT(*) FROM leases l INDEXED BY leases_due {LEASED_MESSAGE} "
     "WHERE l.incarnation = ? AND l.subscription = ? AND l.state IN ('leased', 'claimed') "
     "AND l.visible_at > ? AND m.expires > ?"
 )
@@ -53,8 +56,7 @@ def lease_key(queue: QueueMeta, subscription: str, partition: int, message_id: u
 def live_message(conn: sqlite3.Connection, key: tuple, now: int) -> Message | None:
     """The unexpired message a lease ``key`` stands for, or ``None``."""
     row = conn.execute(
-        f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
-        "AND ts = ? AND tiebreak = ? AND expires > ?",
+        f"SELECT {COLUMNS} FROM messages WHERE {MESSAGE_KEY} AND expires > ?",
         (key[0], *key[2:], now),
     ).fetchone()
     return row_to_message(row) if row is not None else None

@@ -16,7 +16,14 @@ from typing import Any
 from queuey import ids
 from queuey.model import Message, MessageRef, QueueMeta, ReadQuery, merge_partitions
 from queuey.storage.sqlite.database import Database
-from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message, tiebreak
+from queuey.storage.sqlite.schema import (
+    COLUMNS,
+    MESSAGE_KEY,
+    last_ts,
+    message_key,
+    row_to_message,
+    tiebreak,
+)
 
 
 def read_snapshot(db: Database, queue: QueueMeta, query: ReadQuery) -> tuple[list[Message], int]:
@@ -39,28 +46,23 @@ def read_snapshot(db: Database, queue: QueueMeta, query: ReadQuery) -> tuple[lis
         f"ORDER BY ts {direction}, tiebreak {direction} LIMIT ?"
     )
 
-    def run() -> tuple[list[Message], int]:
-        conn = db.reader()
-        # One read transaction: every partition is read from the same
-        # snapshot, or a later commit in one partition could be merged in
-        # ahead of an earlier one missed in another (a skip). The cursors
-        # are consumed lazily by the merge, so a read holds one page.
-        conn.execute("BEGIN")
-        try:
-            last = last_ts(conn)
-            bound = max(query.now_micros, last)
-            cursors = [
-                map(
-                    row_to_message,
-                    conn.execute(sql, (queue.incarnation, p, bound, *params, query.limit)),
-                )
-                for p in query.partitions
-            ]
-            return merge_partitions(cursors, query.limit, descending), last
-        finally:
-            conn.execute("COMMIT")
+    def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
+        last = last_ts(conn)
+        bound = max(query.now_micros, last)
+        cursors = [
+            map(
+                row_to_message,
+                conn.execute(sql, (queue.incarnation, p, bound, *params, query.limit)),
+            )
+            for p in query.partitions
+        ]
+        return merge_partitions(cursors, query.limit, descending), last
 
-    return db.run(run)
+    # One read transaction: every partition is read from the same snapshot, or
+    # a later commit in one partition could be merged in ahead of an earlier
+    # one missed in another (a skip). The cursors are consumed lazily by the
+    # merge, so a read holds one page.
+    return db.read(run, snapshot=True)
 
 
 def fence(db: Database, now_micros: int) -> None:
@@ -75,49 +77,27 @@ def get_by_refs(
 ) -> list[Message]:
     """The live messages ``refs`` name, from one snapshot (see :meth:`Storage.get_messages`)."""
 
-    def run() -> list[Message]:
-        conn = db.reader()
-        conn.execute("BEGIN")
-        try:
-            return fetch(conn, max(now_micros, last_ts(conn)))
-        finally:
-            conn.execute("COMMIT")
-
-    def fetch(conn: sqlite3.Connection, bound: int) -> list[Message]:
+    def fetch(conn: sqlite3.Connection) -> list[Message]:
+        bound = max(now_micros, last_ts(conn))
         found = []
         for ref in refs:
             row = conn.execute(
-                f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND partition = ? "
-                "AND ts = ? AND tiebreak = ? AND expires > ? AND ts <= ?",
-                (
-                    queue.incarnation,
-                    ref.partition,
-                    ids.micros_of(ref.id),
-                    tiebreak(ref.id),
-                    now_micros,
-                    bound,
-                ),
+                f"SELECT {COLUMNS} FROM messages WHERE {MESSAGE_KEY} AND expires > ? AND ts <= ?",
+                (*message_key(queue.incarnation, ref.partition, ref.id), now_micros, bound),
             ).fetchone()
             if row is not None and row[0] == ref.id.bytes:
                 found.append(row_to_message(row))
         return found
 
-    return db.run(run)
+    return db.read(fetch, snapshot=True)
 
 
 def delete_by_refs(db: Database, queue: QueueMeta, refs: Sequence[MessageRef]) -> None:
     with db.write() as conn:
         conn.executemany(
-            "DELETE FROM messages WHERE incarnation = ? AND partition = ? AND ts = ? "
-            "AND tiebreak = ? AND id = ?",
+            f"DELETE FROM messages WHERE {MESSAGE_KEY} AND id = ?",
             [
-                (
-                    queue.incarnation,
-                    ref.partition,
-                    ids.micros_of(ref.id),
-                    tiebreak(ref.id),
-                    ref.id.bytes,
-                )
+                (*message_key(queue.incarnation, ref.partition, ref.id), ref.id.bytes)
                 for ref in refs
             ],
         )

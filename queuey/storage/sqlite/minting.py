@@ -12,37 +12,23 @@ import uuid
 
 from queuey import ids
 from queuey.model import Message, NewMessage, QueueMeta
-from queuey.storage.sqlite.schema import COLUMNS, row_to_message, tiebreak
+from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 
-class Minter:
-    """This process's id generator, plus delayed ids beside it.
+def delayed_id(due: int, last: int) -> uuid.UUID:
+    """A delayed message's id: at ``due``, but never at or below ``last``
+    (the file's last ordinary timestamp: readers may have passed it).
 
-    A delayed timestamp must not move the generator's monotonic state (later
-    posts would get ids in the future), so a delayed id is made outside it,
-    with a random node and clock sequence (62 random bits, as RFC 4122 allows
-    for nodes without an address): it cannot repeat an ordinary id of this or
-    any process short of a 1-in-2^62 coincidence at the same microsecond, and
-    nothing needs remembering between posts.
+    A delayed timestamp must not move the process's id generator's monotonic
+    state (later posts would get ids in the future), so a delayed id is made
+    outside it, with a random node and clock sequence (62 random bits, as RFC
+    4122 allows for nodes without an address): it cannot repeat an ordinary id
+    of this or any process short of a 1-in-2^62 coincidence at the same
+    microsecond, and nothing needs remembering between posts.
     """
-
-    def __init__(self) -> None:
-        self._ids = ids.IdGenerator()
-
-    def next(self, at_least: int) -> int:
-        """An ordinary timestamp: >= ``at_least`` and increasing."""
-        return self._ids.next_micros(at_least)
-
-    def make(self, micros: int) -> uuid.UUID:
-        return self._ids.make(micros)
-
-    @staticmethod
-    def delayed(due: int, last: int) -> uuid.UUID:
-        """A delayed message's id: at ``due``, but never at or below ``last``
-        (the file's last ordinary timestamp: readers may have passed it)."""
-        bits = int.from_bytes(os.urandom(8), "big")
-        node = (bits & 0xFFFFFFFFFFFF) | 0x010000000000
-        return ids.make_uuid(max(due, last + 1), node, (bits >> 48) & 0x3FFF)
+    bits = int.from_bytes(os.urandom(8), "big")
+    node = (bits & 0xFFFFFFFFFFFF) | 0x010000000000
+    return ids.make_uuid(max(due, last + 1), node, (bits >> 48) & 0x3FFF)
 
 
 class DedupIds:
@@ -72,8 +58,7 @@ class DedupIds:
             return None
         partition, ts, tb, raw = row
         found = conn.execute(
-            f"SELECT {COLUMNS} FROM messages "
-            "WHERE incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ?",
+            f"SELECT {COLUMNS} FROM messages WHERE {MESSAGE_KEY}",
             (queue.incarnation, partition, ts, tb),
         ).fetchone()
         if found is not None:

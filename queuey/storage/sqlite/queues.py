@@ -14,11 +14,18 @@ from dataclasses import replace
 
 from queuey.clock import Clock
 from queuey.errors import QueueExists, QueueNotFound
-from queuey.model import QueueMeta
+from queuey.model import UPDATABLE_QUEUE_FIELDS, QueueMeta
 from queuey.storage.asks import QueueChange
 from queuey.storage.sqlite.batches import retire
 from queuey.storage.sqlite.database import Database
-from queuey.storage.sqlite.schema import QUEUE_COLUMNS, queue_row, row_to_queue
+from queuey.storage.sqlite.schema import QUEUE_COLUMNS, QUEUE_FIELDS, queue_values, row_to_queue
+
+_INSERT = f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * len(QUEUE_FIELDS))})"
+#: A queue's update: every column a change may set (:data:`UPDATABLE_QUEUE_FIELDS`).
+_UPDATE = (
+    f"UPDATE queues SET {', '.join(f'{c} = ?' for c in UPDATABLE_QUEUE_FIELDS)} "
+    "WHERE application = ? AND name = ?"
+)
 
 
 def fetch_queue(conn: sqlite3.Connection, application: str, name: str) -> QueueMeta:
@@ -32,59 +39,52 @@ def fetch_queue(conn: sqlite3.Connection, application: str, name: str) -> QueueM
     return row_to_queue(row)
 
 
-class QueueCatalog:
-    """The ``queues`` table of one file (``clock`` stamps creations and retirements)."""
+class SqliteQueues:
+    """The :class:`~queuey.storage.Storage` queue methods of
+    :class:`~queuey.storage.sqlite.SQLiteStorage` (mixed in; it provides
+    ``_db``, its :class:`~queuey.storage.sqlite.database.Database`, and
+    ``clock``, which stamps creations and retirements), on the ``queues``
+    table; its purge and delete call :meth:`_remove_queue` and
+    :meth:`_switch_incarnation`."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
-        self._db = db
-        self._clock = clock
+    _db: Database
+    clock: Clock
 
-    def create(self, meta: QueueMeta) -> QueueMeta:
+    def create_queue(self, meta: QueueMeta) -> QueueMeta:
         if not meta.created:
-            meta = replace(meta, created=self._clock.now_micros())
+            meta = replace(meta, created=self.clock.now_micros())
         with self._db.write() as conn:
             try:
-                conn.execute(
-                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                    queue_row(meta),
-                )
+                conn.execute(_INSERT, tuple(queue_values(meta).values()))
             except sqlite3.IntegrityError as exc:
                 raise QueueExists(meta.name) from exc
         return meta
 
-    def get(self, application: str, name: str) -> QueueMeta:
-        return self._db.run(lambda: fetch_queue(self._db.reader(), application, name))
+    def get_queue(self, application: str, name: str) -> QueueMeta:
+        return self._db.read(lambda conn: fetch_queue(conn, application, name))
 
-    def list(self, application: str, limit: int, after: str | None) -> list[QueueMeta]:
-        def query() -> list[QueueMeta]:
-            rows = self._db.reader().execute(
+    def list_queues(
+        self, application: str, limit: int = 100, after: str | None = None
+    ) -> list[QueueMeta]:
+        def query(conn: sqlite3.Connection) -> list[QueueMeta]:
+            rows = conn.execute(
                 f"SELECT {QUEUE_COLUMNS} FROM queues WHERE application = ? AND name > ? "
                 "ORDER BY name LIMIT ?",
                 (application, after or "", limit),
             )
             return [row_to_queue(row) for row in rows]
 
-        return self._db.run(query)
+        return self._db.read(query)
 
-    def update(self, application: str, name: str, change: QueueChange) -> QueueMeta:
+    def update_queue_ask(self, application: str, name: str, change: QueueChange) -> QueueMeta:
         """See :meth:`Storage.update_queue`: one transaction reads, checks and writes."""
         with self._db.write() as conn:
             meta = change.apply(fetch_queue(conn, application, name))
-            conn.execute(
-                "UPDATE queues SET partitions = ?, ttl = ?, type = ?, consistency = ?, "
-                "visibility_timeout = ?, max_attempts = ?, dead_letter_queue = ?, delay = ?, "
-                "attributes = ? WHERE application = ? AND name = ?",
-                (
-                    *queue_row(meta)[2:6],
-                    *queue_row(meta)[8:12],
-                    queue_row(meta)[13],
-                    application,
-                    name,
-                ),
-            )
+            values = queue_values(meta)
+            conn.execute(_UPDATE, (*(values[c] for c in UPDATABLE_QUEUE_FIELDS), application, name))
         return meta
 
-    def delete(self, application: str, name: str) -> str:
+    def _remove_queue(self, application: str, name: str) -> str:
         """Remove the queue and its checkpoints; returns the retired incarnation."""
         with self._db.write() as conn:
             meta = fetch_queue(conn, application, name)
@@ -94,10 +94,10 @@ class QueueCatalog:
             conn.execute(
                 "DELETE FROM checkpoints WHERE application = ? AND queue = ?", (application, name)
             )
-            retire(conn, meta.incarnation, self._clock.now_micros())
+            retire(conn, meta.incarnation, self.clock.now_micros())
         return meta.incarnation
 
-    def purge(self, application: str, name: str) -> tuple[QueueMeta, str]:
+    def _switch_incarnation(self, application: str, name: str) -> tuple[QueueMeta, str]:
         """Switch the queue to a new incarnation: the fresh metadata and the retired one."""
         with self._db.write() as conn:
             meta = fetch_queue(conn, application, name)
@@ -106,5 +106,5 @@ class QueueCatalog:
                 "UPDATE queues SET incarnation = ? WHERE application = ? AND name = ?",
                 (fresh.incarnation, application, name),
             )
-            retire(conn, meta.incarnation, self._clock.now_micros())
+            retire(conn, meta.incarnation, self.clock.now_micros())
         return fresh, meta.incarnation

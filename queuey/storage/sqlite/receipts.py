@@ -10,7 +10,6 @@ the caller's write transaction.
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import Iterator, Sequence
 
 from queuey import ids
@@ -34,16 +33,17 @@ def _named(
     subscription: str,
     receipts: Sequence[str],
     answer: dict[str, ReceiptStatus],
-) -> Iterator[tuple[str, tuple, uuid.UUID, str]]:
-    """``(receipt, lease key, message id, token)`` for each distinct receipt;
-    a malformed one is answered ``unknown`` in ``answer`` on the way."""
+) -> Iterator[Parsed]:
+    """Each distinct receipt made out (:data:`Parsed`); a malformed one is
+    answered ``unknown`` in ``answer`` on the way."""
     for receipt in dict.fromkeys(receipts):
         parsed = parse_receipt(receipt)
         if parsed is None:
             answer[receipt] = "unknown"
             continue
         partition, message_id, token = parsed
-        yield receipt, lease_key(queue, subscription, partition, message_id), message_id, token
+        key = lease_key(queue, subscription, partition, message_id)
+        yield receipt, key, message_id.bytes, token
 
 
 def _held(
@@ -56,13 +56,13 @@ def _held(
     """``(receipt, lease key, lease row)`` for each distinct receipt whose lease
     it still holds (state ``leased``, its token); the others are answered
     ``unknown`` (malformed, or no such lease) or ``expired`` on the way."""
-    for receipt, key, message_id, token in _named(queue, subscription, receipts, answer):
+    for receipt, key, raw_id, token in _named(queue, subscription, receipts, answer):
         row = conn.execute(
             "SELECT id, state, token, attempts, last_error, generation FROM leases "
             f"WHERE {LEASE_KEY}",
             key,
         ).fetchone()
-        if row is None or row[0] != message_id.bytes:
+        if row is None or row[0] != raw_id:
             answer[receipt] = "unknown"
         elif row[1] != "leased" or row[2] != token:
             answer[receipt] = "expired"
@@ -75,10 +75,7 @@ def parse(
 ) -> tuple[dict[str, ReceiptStatus], list[Parsed]]:
     """Each distinct receipt made out, and the answer ``unknown`` for the malformed."""
     answer: dict[str, ReceiptStatus] = {}
-    parsed = [
-        (receipt, key, message_id.bytes, token)
-        for receipt, key, message_id, token in _named(queue, subscription, receipts, answer)
-    ]
+    parsed = list(_named(queue, subscription, receipts, answer))
     return answer, parsed
 
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections import defaultdict
+from dataclasses import dataclass
 
 from queuey import ids
 from queuey.model import DeadLetter, Message, QueueMeta
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
-from queuey.storage.sqlite.leases import LEASE_KEY, in_flight, new_tokens
-from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
+from queuey.storage.sqlite.leases import LEASE_KEY, LEASED_MESSAGE, in_flight, new_tokens
+from queuey.storage.sqlite.schema import COLUMNS, M_COLUMNS, last_ts, row_to_message
 
 #: Priorities a message may carry, highest (reserved first) first.
 PRIORITIES = range(9, -1, -1)
@@ -35,12 +36,9 @@ MAX_DEAD_LETTERS = 100
 #: Rows a reservation examines per partition looking for priority-0 messages.
 SCAN_LIMIT = 20000
 
-_MESSAGE_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 _DUE = (
     "SELECT l.state, l.attempts, l.last_error, l.first_at, l.generation, m.tiebreak, "
-    f"{_MESSAGE_COLUMNS} "
-    "FROM leases l INDEXED BY leases_due JOIN messages m ON m.incarnation = l.incarnation "
-    "AND m.partition = l.partition AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    f"{M_COLUMNS} FROM leases l INDEXED BY leases_due {LEASED_MESSAGE} "
     "WHERE l.incarnation = ? AND l.subscription = ? "
     "AND l.state IN ('leased', 'released', 'claimed') AND l.visible_at <= ? "
     "AND m.expires > ? AND l.partition IN ({partitions}) "
@@ -68,21 +66,18 @@ _INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?,
 Leased = tuple[Message, int, str, int]
 
 
+@dataclass(slots=True, eq=False)
 class _Row:
-    """A due lease or a new message, as a reservation considers it."""
+    """A due lease (its ``state``) or a new message (``state`` None), as a
+    reservation considers it."""
 
-    __slots__ = ("state", "attempts", "last_error", "first_at", "generation", "tiebreak", "message")
-
-    def __init__(
-        self, state, attempts, last_error, tb, message: Message, first_at=0, generation=""
-    ) -> None:
-        self.state = state
-        self.attempts = attempts
-        self.last_error = last_error
-        self.first_at = first_at
-        self.generation = generation
-        self.tiebreak = tb
-        self.message = message
+    state: str | None
+    attempts: int
+    last_error: str
+    tiebreak: bytes
+    message: Message
+    first_at: int = 0
+    generation: str = ""
 
 
 def reserve(

@@ -8,6 +8,7 @@ version exactly one changes a row.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import replace
 
 from queuey.errors import ScheduleExists, ScheduleNotFound
@@ -22,12 +23,14 @@ _UPDATE = (
 
 
 class SqliteSchedules:
-    """The ``schedules`` table of one file."""
+    """The :class:`~queuey.storage.Storage` schedule methods of
+    :class:`~queuey.storage.sqlite.SQLiteStorage` (mixed in; it provides
+    ``_db``, its :class:`~queuey.storage.sqlite.database.Database`), on the
+    ``schedules`` table."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    _db: Database
 
-    def create(self, schedule: Schedule) -> Schedule:
+    def create_schedule(self, schedule: Schedule) -> Schedule:
         stored = replace(schedule, version=1)
         with self._db.write() as conn:
             added = conn.execute(
@@ -39,40 +42,35 @@ class SqliteSchedules:
             raise ScheduleExists(schedule.name)
         return stored
 
-    def get(self, application: str, name: str) -> Schedule:
-        def run() -> Schedule:
-            row = (
-                self._db.reader()
-                .execute(
-                    f"SELECT {columns.SELECT_LIST} FROM schedules "
-                    "WHERE application = ? AND name = ?",
-                    (application, name),
-                )
-                .fetchone()
-            )
+    def get_schedule(self, application: str, name: str) -> Schedule:
+        def run(conn: sqlite3.Connection) -> Schedule:
+            row = conn.execute(
+                f"SELECT {columns.SELECT_LIST} FROM schedules WHERE application = ? AND name = ?",
+                (application, name),
+            ).fetchone()
             if row is None:
                 raise ScheduleNotFound(name)
             return columns.from_row(row)
 
-        return self._db.run(run)
+        return self._db.read(run)
 
-    def list(self, application: str) -> list[Schedule]:
-        def run() -> list[Schedule]:
-            rows = self._db.reader().execute(
+    def list_schedules(self, application: str) -> list[Schedule]:
+        def run(conn: sqlite3.Connection) -> list[Schedule]:
+            rows = conn.execute(
                 f"SELECT {columns.SELECT_LIST} FROM schedules WHERE application = ? ORDER BY name",
                 (application,),
             )
             return [columns.from_row(row) for row in rows]
 
-        return self._db.run(run)
+        return self._db.read(run)
 
-    def update(self, schedule: Schedule) -> Schedule | None:
+    def update_schedule(self, schedule: Schedule) -> Schedule | None:
         with self._db.write() as conn:
             key = (schedule.application, schedule.name, schedule.version)
             changed = conn.execute(_UPDATE, (*columns.changeable_values(schedule), *key)).rowcount
         return replace(schedule, version=schedule.version + 1) if changed == 1 else None
 
-    def delete(self, application: str, name: str) -> None:
+    def delete_schedule(self, application: str, name: str) -> None:
         with self._db.write() as conn:
             removed = conn.execute(
                 "DELETE FROM schedules WHERE application = ? AND name = ?", (application, name)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from dataclasses import fields
+from typing import Any
 
 from queuey import ids
 from queuey.model import Message, QueueMeta
@@ -74,7 +76,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS state (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
-) WITHOUT ROWID
+) WITHOUT ROWID;
+
+INSERT OR IGNORE INTO state (key, value) VALUES ('last_ts', 0)
 """
 
 #: Version 1 to 2: work queues. Each step is one statement, applied in order.
@@ -187,17 +191,31 @@ CREATE TABLE IF NOT EXISTS schedules (
 ) WITHOUT ROWID
 """
 
-#: The message columns :func:`row_to_message` reads, in its order.
-COLUMNS = "id, ts, partition, body, expires, priority, attributes"
-#: The queue columns :func:`row_to_queue` reads, in its order.
-QUEUE_COLUMNS = (
-    "application, name, partitions, ttl, type, consistency, created, incarnation, "
-    "visibility_timeout, max_attempts, dead_letter_queue, delay, fifo, attributes"
+#: Each version's step, applied in order to a file below it: (version, its
+#: statements, what it adds).
+MIGRATIONS = (
+    (1, BASE, "queues, messages, checkpoints, state"),
+    (
+        2,
+        V2,
+        "queue work-queue settings, message priority and attributes, "
+        "subscriptions, positions, leases, dedup",
+    ),
+    (3, V3, "FIFO queues, queue attributes, first delivery times"),
+    (4, V4, "incarnations of purged and deleted queues being removed"),
+    (5, V5, "lease generations (redrives)"),
+    (6, V6, "schedules"),
 )
 
-
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+#: A message row's primary key as a condition (:func:`message_key` gives its values).
+MESSAGE_KEY = "incarnation = ? AND partition = ? AND ts = ? AND tiebreak = ?"
+#: The message columns :func:`row_to_message` reads, in its order.
+COLUMNS = "id, ts, partition, body, expires, priority, attributes"
+#: :data:`COLUMNS` of a message named ``m`` in a join.
+M_COLUMNS = ", ".join("m." + c for c in COLUMNS.split(", "))
+#: The queue columns, named and ordered as :class:`QueueMeta`'s fields.
+QUEUE_FIELDS = tuple(field.name for field in fields(QueueMeta))
+QUEUE_COLUMNS = ", ".join(QUEUE_FIELDS)
 
 
 def current_version(conn: sqlite3.Connection) -> int:
@@ -223,34 +241,11 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
             f"schema version {version} is newer than this release's {SCHEMA_VERSION}"
         )
     applied: list[str] = []
-    if version == 0:
-        for statement in _statements(BASE):
-            conn.execute(statement)
-        conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('last_ts', 0)")
-        applied.append("version 1: queues, messages, checkpoints, state")
-    if version < 2:
-        for statement in _statements(V2):
-            conn.execute(statement)
-        applied.append(
-            "version 2: queue work-queue settings, message priority and attributes, "
-            "subscriptions, positions, leases, dedup"
-        )
-    if version < 3:
-        for statement in _statements(V3):
-            conn.execute(statement)
-        applied.append("version 3: FIFO queues, queue attributes, first delivery times")
-    if version < 4:
-        for statement in _statements(V4):
-            conn.execute(statement)
-        applied.append("version 4: incarnations of purged and deleted queues being removed")
-    if version < 5:
-        for statement in _statements(V5):
-            conn.execute(statement)
-        applied.append("version 5: lease generations (redrives)")
-    if version < 6:
-        for statement in _statements(V6):
-            conn.execute(statement)
-        applied.append("version 6: schedules")
+    for step, script, adds in MIGRATIONS:
+        if version < step:
+            for statement in script.split(";"):
+                conn.execute(statement)
+            applied.append(f"version {step}: {adds}")
     if applied:
         conn.execute(
             "INSERT OR REPLACE INTO state (key, value) VALUES ('schema_version', ?)",
@@ -274,6 +269,11 @@ def tiebreak(message_id: uuid.UUID) -> bytes:
     return ids.tiebreak_bytes(message_id)
 
 
+def message_key(incarnation: str, partition: int, message_id: uuid.UUID) -> tuple:
+    """The :data:`MESSAGE_KEY` values of a message."""
+    return (incarnation, partition, ids.micros_of(message_id), tiebreak(message_id))
+
+
 def dump_attributes(attributes) -> str | None:
     """Attributes as stored: JSON text, or NULL when there are none."""
     return json.dumps(dict(attributes), ensure_ascii=False) if attributes else None
@@ -292,39 +292,14 @@ def row_to_message(row: tuple) -> Message:
 
 
 def row_to_queue(row: tuple) -> QueueMeta:
-    return QueueMeta(
-        application=row[0],
-        name=row[1],
-        partitions=row[2],
-        ttl=row[3],
-        type=row[4],
-        consistency=row[5],
-        created=row[6],
-        incarnation=row[7],
-        visibility_timeout=row[8],
-        max_attempts=row[9],
-        dead_letter_queue=row[10],
-        delay=row[11],
-        fifo=bool(row[12]),
-        attributes=json.loads(row[13]) if row[13] else {},
-    )
+    """The queue a row of :data:`QUEUE_COLUMNS` holds."""
+    meta = dict(zip(QUEUE_FIELDS, row, strict=True))
+    meta["fifo"] = bool(meta["fifo"])
+    meta["attributes"] = json.loads(meta["attributes"]) if meta["attributes"] else {}
+    return QueueMeta(**meta)
 
 
-def queue_row(meta: QueueMeta) -> tuple:
-    """The values of :data:`QUEUE_COLUMNS` for ``meta``."""
-    return (
-        meta.application,
-        meta.name,
-        meta.partitions,
-        meta.ttl,
-        meta.type,
-        meta.consistency,
-        meta.created,
-        meta.incarnation,
-        meta.visibility_timeout,
-        meta.max_attempts,
-        meta.dead_letter_queue,
-        meta.delay,
-        int(meta.fifo),
-        dump_attributes(meta.attributes),
-    )
+def queue_values(meta: QueueMeta) -> dict[str, Any]:
+    """``meta``'s stored values by column (:data:`QUEUE_FIELDS`, in order)."""
+    values = {name: getattr(meta, name) for name in QUEUE_FIELDS}
+    return values | {"fifo": int(meta.fifo), "attributes": dump_attributes(meta.attributes)}

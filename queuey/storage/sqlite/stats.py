@@ -20,10 +20,9 @@ import sqlite3
 
 from queuey.model import PartitionStats, QueueMeta, QueueStats, SubscriptionStats
 from queuey.model.subscriptions import Accept, accepts
-from queuey.storage.sqlite.database import Database
-from queuey.storage.sqlite.schema import COLUMNS, last_ts, row_to_message
+from queuey.storage.sqlite.leases import LEASED_MESSAGE
+from queuey.storage.sqlite.schema import COLUMNS, M_COLUMNS, last_ts, row_to_message
 
-_COLUMNS = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 _NEW = (
     "SELECT COUNT(*), MIN(m.ts) FROM messages m LEFT JOIN positions s "
     "ON s.incarnation = m.incarnation AND s.subscription = ? AND s.partition = m.partition "
@@ -32,35 +31,28 @@ _NEW = (
     "AND (s.ts IS NULL OR (m.ts, m.tiebreak) > (s.ts, s.tiebreak))"
 )
 #: The never-handed-out messages themselves, for a filtered subscription.
-_NEW_ROWS = _NEW.replace("COUNT(*), MIN(m.ts)", f"{_COLUMNS}")
+_NEW_ROWS = _NEW.replace("COUNT(*), MIN(m.ts)", M_COLUMNS)
 #: The messages not yet due, for a filtered subscription.
-_NOT_DUE_ROWS = f"SELECT {COLUMNS} FROM messages WHERE incarnation = ? AND ts > ? AND expires > ?"
+_NOT_DUE = "SELECT COUNT(*) FROM messages WHERE incarnation = ? AND ts > ? AND expires > ?"
+_NOT_DUE_ROWS = _NOT_DUE.replace("COUNT(*)", COLUMNS)
 _LEASES = (
-    "SELECT l.state, l.visible_at <= ?, COUNT(*), MIN(l.ts) FROM leases l "
-    "JOIN messages m ON m.incarnation = l.incarnation AND m.partition = l.partition "
-    "AND m.ts = l.ts AND m.tiebreak = l.tiebreak "
+    f"SELECT l.state, l.visible_at <= ?, COUNT(*), MIN(l.ts) FROM leases l {LEASED_MESSAGE} "
     "WHERE l.incarnation = ? AND l.subscription = ? AND m.expires > ? "
     "GROUP BY l.state, l.visible_at <= ?"
 )
 
 
-def read_stats(db: Database, queue: QueueMeta, now: int) -> QueueStats:
-    """:func:`queue_stats` in a read transaction of its own."""
-
-    def run() -> QueueStats:
-        conn = db.reader()
-        conn.execute("BEGIN")
-        try:
-            return queue_stats(conn, queue, now)
-        finally:
-            conn.execute("COMMIT")
-
-    return db.run(run)
+def subscription_names(conn: sqlite3.Connection, queue: QueueMeta) -> list[str]:
+    """The queue's subscriptions, by name."""
+    rows = conn.execute(
+        "SELECT subscription FROM subscriptions WHERE incarnation = ? ORDER BY subscription",
+        (queue.incarnation,),
+    )
+    return [name for (name,) in rows]
 
 
 def _min(*values: int | None) -> int | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None
+    return min((v for v in values if v is not None), default=None)
 
 
 def queue_stats(conn: sqlite3.Connection, queue: QueueMeta, now: int) -> QueueStats:
@@ -78,18 +70,11 @@ def queue_stats(conn: sqlite3.Connection, queue: QueueMeta, now: int) -> QueueSt
         ).fetchone()
         partitions.append(PartitionStats(part, count, oldest))
         size += stored or 0
-    (not_due,) = conn.execute(
-        "SELECT COUNT(*) FROM messages WHERE incarnation = ? AND ts > ? AND expires > ?",
-        (inc, visible, now),
-    ).fetchone()
-    names = [
-        name
-        for (name,) in conn.execute(
-            "SELECT subscription FROM subscriptions WHERE incarnation = ? ORDER BY subscription",
-            (inc,),
-        )
+    (not_due,) = conn.execute(_NOT_DUE, (inc, visible, now)).fetchone()
+    subscriptions = [
+        _subscription(conn, queue, name, now, visible, not_due)
+        for name in subscription_names(conn, queue)
     ]
-    subscriptions = [_subscription(conn, queue, name, now, visible, not_due) for name in names]
     return QueueStats(
         messages=sum(p.messages for p in partitions),
         oldest_timestamp=_min(*(p.oldest_timestamp for p in partitions)),
