@@ -20,6 +20,7 @@ older than ``max_age``), so a scrape or a page view never walks ZooKeeper.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import threading
@@ -34,6 +35,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from queuey.clock import Clock
+from queuey.core.queues import every_queue
 from queuey.errors import QueueNotFound, ServiceError
 from queuey.ids import MICROS
 from queuey.model import QueueMeta, ReadQuery
@@ -290,18 +292,15 @@ class Groups:
 
     # -- matching and lag --------------------------------------------------------
     def _queues_by_name(self) -> dict[str, dict[str, QueueMeta]]:
-        out: dict[str, dict[str, QueueMeta]] = {}
-        for application in sorted(self.applications()):
-            metas: dict[str, QueueMeta] = {}
-            after = None
-            while len(metas) < 100_000:
-                page = self.storage.list_queues(application, 1000, after)
-                metas.update((m.name, m) for m in page)
-                if len(page) < 1000:
-                    break
-                after = page[-1].name
-            out[application] = metas
-        return out
+        return {
+            application: {
+                m.name: m
+                for m in itertools.islice(
+                    every_queue(self.storage.list_queues, application), 100_000
+                )
+            }
+            for application in sorted(self.applications())
+        }
 
     @staticmethod
     def _application_of(group: _Raw, queues: dict[str, dict[str, QueueMeta]]) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
@@ -21,8 +21,24 @@ from queuey.errors import Catalogued
 from queuey.model import QueueMeta
 from queuey.storage import MetadataChanges, Storage
 
+#: Queues asked of ``list_queues`` per call by :func:`every_queue`.
+LIST_PAGE = 1000
 #: Longest queue name whose default dead-letter queue (``<name>-dead``) is a valid name.
 _DEFAULT_DEAD_LETTER_ROOM = 50 - len("-dead")
+
+
+def every_queue(
+    list_queues: Callable[[str, int, str | None], list[QueueMeta]], application: str
+) -> Iterable[QueueMeta]:
+    """Every queue of ``application`` by name, listed a page at a time
+    (``Storage.list_queues``)."""
+    after = None
+    while True:
+        page = list_queues(application, LIST_PAGE, after)
+        yield from page
+        if len(page) < LIST_PAGE:
+            return
+        after = page[-1].name
 
 
 class InvalidQueue(Catalogued, ValueError, entry="invalid_parameters"):
