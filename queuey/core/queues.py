@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
+from queuey.core.messages import InvalidFields
 from queuey.core.quotas import Quotas
-from queuey.errors import Catalogued
 from queuey.model import QueueMeta
 from queuey.storage import MetadataChanges, Storage
 
@@ -41,13 +41,9 @@ def every_queue(
         after = page[-1].name
 
 
-class InvalidQueue(Catalogued, ValueError, entry="invalid_parameters"):
+class InvalidQueue(InvalidFields):
     """Queue settings that break a rule across fields: ``errors`` maps the
     field to fix to why."""
-
-    def __init__(self, errors: dict[str, str]) -> None:
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
-        self.errors = errors
 
 
 def check_queue_settings(
