@@ -160,8 +160,6 @@ class Groups:
         self._found: dict[str, list[GroupFigures]] = {}
         self._refreshed: float | None = None  # monotonic
         self._room = MAX_PARTITIONS  # (queue, partition) pairs left in this refresh
-        #: Wall seconds the last refresh took.
-        self.last_refresh_seconds = 0.0
 
     # -- reading -----------------------------------------------------------------
     def for_application(self, application: str) -> list[GroupFigures]:
@@ -198,7 +196,6 @@ class Groups:
     def refresh(self) -> None:
         """Read every group from ZooKeeper and compute its lag."""
         with self._refresh_lock:
-            started = time.monotonic()
             raw = self._read_all()
             queues = self._queues_by_name()
             found: dict[str, list[GroupFigures]] = {}
@@ -212,7 +209,6 @@ class Groups:
                 )
             self._found = found
             self._refreshed = time.monotonic()
-            self.last_refresh_seconds = self._refreshed - started
 
     def close(self) -> None:
         with self._zk_lock:
