@@ -20,6 +20,7 @@ older than ``max_age``), so a scrape or a page view never walks ZooKeeper.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import threading
@@ -34,6 +35,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from queuey.clock import Clock
+from queuey.core.queues import every_queue
 from queuey.errors import QueueNotFound, ServiceError
 from queuey.ids import MICROS
 from queuey.model import QueueMeta, ReadQuery
@@ -158,8 +160,6 @@ class Groups:
         self._found: dict[str, list[GroupFigures]] = {}
         self._refreshed: float | None = None  # monotonic
         self._room = MAX_PARTITIONS  # (queue, partition) pairs left in this refresh
-        #: Wall seconds the last refresh took.
-        self.last_refresh_seconds = 0.0
 
     # -- reading -----------------------------------------------------------------
     def for_application(self, application: str) -> list[GroupFigures]:
@@ -196,7 +196,6 @@ class Groups:
     def refresh(self) -> None:
         """Read every group from ZooKeeper and compute its lag."""
         with self._refresh_lock:
-            started = time.monotonic()
             raw = self._read_all()
             queues = self._queues_by_name()
             found: dict[str, list[GroupFigures]] = {}
@@ -210,7 +209,6 @@ class Groups:
                 )
             self._found = found
             self._refreshed = time.monotonic()
-            self.last_refresh_seconds = self._refreshed - started
 
     def close(self) -> None:
         with self._zk_lock:
@@ -290,18 +288,15 @@ class Groups:
 
     # -- matching and lag --------------------------------------------------------
     def _queues_by_name(self) -> dict[str, dict[str, QueueMeta]]:
-        out: dict[str, dict[str, QueueMeta]] = {}
-        for application in sorted(self.applications()):
-            metas: dict[str, QueueMeta] = {}
-            after = None
-            while len(metas) < 100_000:
-                page = self.storage.list_queues(application, 1000, after)
-                metas.update((m.name, m) for m in page)
-                if len(page) < 1000:
-                    break
-                after = page[-1].name
-            out[application] = metas
-        return out
+        return {
+            application: {
+                m.name: m
+                for m in itertools.islice(
+                    every_queue(self.storage.list_queues, application), 100_000
+                )
+            }
+            for application in sorted(self.applications())
+        }
 
     @staticmethod
     def _application_of(group: _Raw, queues: dict[str, dict[str, QueueMeta]]) -> str | None:

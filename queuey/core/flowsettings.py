@@ -82,11 +82,7 @@ class FlowSettings:
     def change_queue(self, meta: QueueMeta, given: Mapping[str, Any]) -> QueueMeta:
         """Apply the queue fields in ``given`` (absent ones stay);
         :class:`~queuey.core.messages.InvalidFields` names each bad one."""
-        try:
-            changes = queue_changes(meta, given)
-        except FlowSettingError as exc:
-            raise InvalidFields(exc.errors) from None
-        updated = self._apply(meta, changes)
+        updated = self._apply(meta, _checked(queue_changes, meta, given))
         if queue_flow(updated).max_length and not queue_flow(meta).max_length:
             self.on_limited(updated)
         return updated
@@ -95,10 +91,7 @@ class FlowSettings:
         self, meta: QueueMeta, subscription: str, given: Mapping[str, Any]
     ) -> SubscriptionFlow:
         """Apply the subscription fields in ``given`` (absent ones stay)."""
-        try:
-            changes = subscription_changes(subscription, given)
-        except FlowSettingError as exc:
-            raise InvalidFields(exc.errors) from None
+        changes = _checked(subscription_changes, subscription, given)
         return subscription_flow(self._apply(meta, changes, subscription), subscription)
 
     def pause(self, meta: QueueMeta, subscription: str | None = None) -> QueueMeta:
@@ -113,8 +106,13 @@ class FlowSettings:
         given = {"paused": paused}
         if subscription is None:
             return self.change_queue(meta, given)
-        try:
-            changes = subscription_changes(subscription, given)
-        except FlowSettingError as exc:  # pragma: no cover - a bool always parses
-            raise InvalidFields(exc.errors) from None
-        return self._apply(meta, changes, subscription)
+        return self._apply(meta, _checked(subscription_changes, subscription, given), subscription)
+
+
+def _checked(changes: Callable[..., tuple[dict[str, str], list[str]]], *args: Any):
+    """``changes(*args)``; :class:`~queuey.core.messages.InvalidFields` naming
+    each bad field when they do not parse."""
+    try:
+        return changes(*args)
+    except FlowSettingError as exc:
+        raise InvalidFields(exc.errors) from None

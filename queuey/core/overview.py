@@ -37,6 +37,7 @@ from queuey.clock import Clock
 from queuey.core.figures import QueueFigures, measure
 from queuey.core.flow import trim
 from queuey.core.lengths import Lengths
+from queuey.core.queues import every_queue
 from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
 from queuey.model import QueueMeta
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 
 #: Minutes of history kept per queue for the chart.
 HISTORY_MINUTES = 60
-#: Queues listed per storage call while discovering them.
-LIST_PAGE = 1000
 #: Seconds between sweeps of the counts of queues deleted elsewhere, and how
 #: long such a count must have been untouched to go (:meth:`Lengths.sweep`).
 SWEEP_SECONDS = 60.0
@@ -376,20 +375,14 @@ class Overview:
         total = 0
         listed: dict[str, list[str]] = {}
         for application in sorted(self.applications()):
-            after = None
             names = listed[application] = []
-            while True:
-                page = self.storage.list_queues(application, LIST_PAGE, after)
-                for meta in page:
-                    names.append(meta.name)
-                    total += 1
-                    if self.limited(meta):
-                        limited.append(meta)
-                    elif len(others) < self.max_queues:
-                        others.append(meta)
-                if len(page) < LIST_PAGE:
-                    break
-                after = page[-1].name
+            for meta in every_queue(self.storage.list_queues, application):
+                names.append(meta.name)
+                total += 1
+                if self.limited(meta):
+                    limited.append(meta)
+                elif len(others) < self.max_queues:
+                    others.append(meta)
         watched = (limited + others)[: self.max_queues]
         seen = {(meta.application, meta.name): meta for meta in watched}
         unwatched = total - len(seen)

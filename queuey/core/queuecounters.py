@@ -39,10 +39,11 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from queuey.core.queues import every_queue
 from queuey.model import QueueMeta
 
 log = logging.getLogger(__name__)
@@ -291,7 +292,7 @@ class QueueCounters:
                 row[0] for row in self._db.execute("SELECT DISTINCT application FROM counts")
             ]
         for application in applications:
-            existing = {meta.name: meta.created for meta in _all_queues(list_queues, application)}
+            existing = {meta.name: meta.created for meta in every_queue(list_queues, application)}
             with self._db_lock, self._transaction():
                 rows = self._db.execute(
                     "SELECT DISTINCT queue, created FROM counts "
@@ -327,15 +328,3 @@ class QueueCounters:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-
-
-def _all_queues(
-    list_queues: Callable[[str, int, str | None], list[QueueMeta]], application: str
-) -> Iterable[QueueMeta]:
-    after = None
-    while True:
-        page = list_queues(application, 1000, after)
-        yield from page
-        if len(page) < 1000:
-            return
-        after = page[-1].name

@@ -12,26 +12,38 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
+from queuey.core.messages import InvalidFields
 from queuey.core.quotas import Quotas
-from queuey.errors import Catalogued
 from queuey.model import QueueMeta
 from queuey.storage import MetadataChanges, Storage
 
+#: Queues asked of ``list_queues`` per call by :func:`every_queue`.
+LIST_PAGE = 1000
 #: Longest queue name whose default dead-letter queue (``<name>-dead``) is a valid name.
 _DEFAULT_DEAD_LETTER_ROOM = 50 - len("-dead")
 
 
-class InvalidQueue(Catalogued, ValueError, entry="invalid_parameters"):
+def every_queue(
+    list_queues: Callable[[str, int, str | None], list[QueueMeta]], application: str
+) -> Iterable[QueueMeta]:
+    """Every queue of ``application`` by name, listed a page at a time
+    (``Storage.list_queues``)."""
+    after = None
+    while True:
+        page = list_queues(application, LIST_PAGE, after)
+        yield from page
+        if len(page) < LIST_PAGE:
+            return
+        after = page[-1].name
+
+
+class InvalidQueue(InvalidFields):
     """Queue settings that break a rule across fields: ``errors`` maps the
     field to fix to why."""
-
-    def __init__(self, errors: dict[str, str]) -> None:
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
-        self.errors = errors
 
 
 def check_queue_settings(

@@ -47,6 +47,7 @@ tests) the buckets live in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -178,33 +179,16 @@ class Quotas:
 
 
 def limits_of(app: Application, defaults: Limits) -> Limits:
-    """``app``'s limits: its own where the applications file gives them, else the defaults."""
-    return Limits(
-        requests_per_second=_given(app.max_requests_per_second, defaults.requests_per_second),
-        burst=_given(app.max_burst, defaults.burst),
-        waiting_polls=_given(app.max_waiting_polls, defaults.waiting_polls),
-        queues=_given(app.max_queues, defaults.queues),
-        subscriptions=_given(app.max_subscriptions, defaults.subscriptions),
-        posts_per_second=_given(app.max_posts_per_second, defaults.posts_per_second),
-        messages=_given(app.max_messages, defaults.messages),
-        bytes=_given(app.max_bytes, defaults.bytes),
-    )
-
-
-def _given(value, default):
-    return default if value is None else value
+    """``app``'s limits: its own where the applications file gives them
+    (``max_<limit>``), else the defaults."""
+    own = {f.name: getattr(app, f"max_{f.name}") for f in dataclasses.fields(Limits)}
+    return dataclasses.replace(defaults, **{k: v for k, v in own.items() if v is not None})
 
 
 def default_limits(settings: Settings) -> Limits:
+    """The ``queuey.limits.max_<limit>`` settings."""
     return Limits(
-        requests_per_second=settings.limits_max_requests_per_second,
-        burst=settings.limits_max_burst,
-        waiting_polls=settings.limits_max_waiting_polls,
-        queues=settings.limits_max_queues,
-        subscriptions=settings.limits_max_subscriptions,
-        posts_per_second=settings.limits_max_posts_per_second,
-        messages=settings.limits_max_messages,
-        bytes=settings.limits_max_bytes,
+        **{f.name: getattr(settings, f"limits_max_{f.name}") for f in dataclasses.fields(Limits)}
     )
 
 
