@@ -79,8 +79,9 @@ class SQLiteStorage(SqliteQueues, SqliteCheckpoints, SqliteSchedules, Storage):
     Fences happen only while a due delayed message is above ``last_ts``, that
     is until the next post or fence.
 
-    Queues, checkpoints and schedules are mixed in (:mod:`.queues`,
-    :mod:`.checkpoints`, :mod:`.schedules`). Purge and delete never hold the
+    Queues, checkpoints and schedules are mixed in
+    (:mod:`queuey.storage.sqlite.queues`, :mod:`queuey.storage.sqlite.checkpoints`,
+    :mod:`queuey.storage.sqlite.schedules`). Purge and delete never hold the
     write lock for a whole queue: one short transaction switches the queue to
     a new incarnation (or removes it) and records the old incarnation in
     ``retired``, so its rows are unreachable at once; the request then removes
