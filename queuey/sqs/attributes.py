@@ -20,7 +20,7 @@ from queuey import ids
 from queuey.core.messages import MessageRules
 from queuey.model import QueueMeta
 from queuey.sqs import policy
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, invalid
 from queuey.sqs.queues import ARN, Place
 
 #: Attributes only GetQueueAttributes answers.
@@ -101,7 +101,7 @@ def attribute_changes(
     ``dead_letter_queue``; the caller checks that it exists and allows it.
     """
     if not isinstance(given, Mapping):
-        raise SQSError("InvalidParameterValue", "Attributes must be a map of names to values.")
+        raise invalid("Attributes must be a map of names to values.")
     changes: dict[str, Any] = {}
     attributes: dict[str, str] = {}
     removed: list[str] = []
@@ -175,8 +175,7 @@ def _json_object(name: str, value: str) -> dict:
 
 
 def invalid_redrive_policy(value: str, reason: str) -> SQSError:
-    return SQSError(
-        "InvalidParameterValue",
+    return invalid(
         f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}",
     )
 
@@ -346,7 +345,7 @@ def check_attribute_names(names: object) -> set[str]:
     if names is None:
         return set()
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise SQSError("InvalidParameterValue", "AttributeNames must be a list of names.")
+        raise invalid("AttributeNames must be a list of names.")
     for name in names:
         if name != "All" and name not in ALL_NAMES:
             raise SQSError("InvalidAttributeName", f"Unknown Attribute {name}.")

@@ -17,7 +17,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from queuey.sqs.api import ACTIONS, Member, Shape
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, invalid
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 #: Parameters the query protocol adds around an action's own.
@@ -32,7 +32,7 @@ _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 
 
 def _invalid(name: str, reason: str) -> SQSError:
-    return SQSError("InvalidParameterValue", f"Value for parameter {name} is invalid. {reason}")
+    return invalid(f"Value for parameter {name} is invalid. {reason}")
 
 
 def _shapes(action: str) -> tuple[Shape, Shape]:
