@@ -167,13 +167,6 @@ def _stored_value(name: str, value: str, place: Place, limits: MessageRules) -> 
     return value
 
 
-def _json_object(name: str, value: str) -> dict:
-    parsed = policy.document(value)
-    if parsed is None:
-        raise invalid_attribute(name)
-    return parsed
-
-
 def invalid_redrive_policy(value: str, reason: str) -> SQSError:
     return invalid(
         f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}",
@@ -218,9 +211,9 @@ def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
 
 
 def _redrive_allow_policy(value: str, place: Place) -> str:
-    policy = _json_object("RedriveAllowPolicy", value)
-    permission = policy.get("redrivePermission")
-    sources = policy.get("sourceQueueArns")
+    allowed = policy.document(value) or {}  # not a JSON object: refused as no permission
+    permission = allowed.get("redrivePermission")
+    sources = allowed.get("sourceQueueArns")
     if permission not in ("allowAll", "denyAll", "byQueue"):
         raise invalid_attribute("RedriveAllowPolicy")
     if permission == "byQueue":

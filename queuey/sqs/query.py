@@ -79,16 +79,12 @@ def parse_query(action: str, pairs: Sequence[tuple[str, str]]) -> dict:
 
 def _read_structure(found: _Pairs, shape: Shape, prefix: str) -> dict:
     out: dict[str, Any] = {}
+    base = prefix + "." if prefix else ""
     for name, member in shape.members.items():
-        path = (prefix + "." if prefix else "") + (member.wire or name)
-        if member.shape.kind == "list" and member.shape.item:
-            path = (prefix + "." if prefix else "") + member.shape.item
-            if not found.has(path) and found.has((prefix + "." if prefix else "") + name):
-                path = (prefix + "." if prefix else "") + name
-        elif member.shape.kind == "map" and not found.has(path):
-            alternative = (prefix + "." if prefix else "") + name
-            if found.has(alternative):
-                path = alternative
+        path = base + (member.shape.item or member.wire or name)
+        # A list or map may also be sent under its member's own name.
+        if member.shape.kind in ("list", "map") and not found.has(path) and found.has(base + name):
+            path = base + name
         if found.has(path):
             value = _read(found, member.shape, path, name)
             if value is not None:
