@@ -182,12 +182,8 @@ class MoveTasks:
         for name in moves:
             if not moves[name]:
                 moves[name] = dead_sources.get(name, set())
-        if destination is not None:
-            first = {destination.name}
-        else:
-            first = dead_sources.get(source.name, set())
         seen: set[str] = set()
-        todo = list(first)
+        todo = [destination.name] if destination else list(dead_sources.get(source.name, ()))
         while todo:
             name = todo.pop()
             if name == source.name:
