@@ -168,9 +168,7 @@ def _stored_value(name: str, value: str, place: Place, limits: MessageRules) -> 
 
 
 def invalid_redrive_policy(value: str, reason: str) -> SQSError:
-    return invalid(
-        f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}",
-    )
+    return invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}")
 
 
 def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
