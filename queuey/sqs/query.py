@@ -18,6 +18,7 @@ from xml.sax.saxutils import escape
 
 from queuey.sqs.api import ACTIONS, Member, Shape
 from queuey.sqs.errors import SQSError, invalid
+from queuey.sqs.messages import INVALID_TEXT
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 #: Parameters the query protocol adds around an action's own.
@@ -27,8 +28,6 @@ MAX_ITEMS = 1000
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 _INTEGER = re.compile(r"^-?[0-9]{1,19}$")
-#: Characters XML 1.0 cannot carry, replaced in answers (bodies are checked on send).
-_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _invalid(name: str, reason: str) -> SQSError:
@@ -193,7 +192,7 @@ def _check(shape: Shape, value: Any, path: str) -> Any:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return escape(_NOT_XML.sub("\ufffd", str(value)))
+    return escape(INVALID_TEXT.sub("\ufffd", str(value)))  # what XML 1.0 cannot carry
 
 
 def _write(out: list[str], shape: Shape, value: Any) -> None:
