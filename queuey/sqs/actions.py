@@ -14,13 +14,10 @@ is all of them, and runs one by its name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from queuey.core.services import Services
 from queuey.sqs.api import ACTIONS
 from queuey.sqs.attribute_actions import AttributeActions
 from queuey.sqs.caller import SCAN, SUBSCRIPTION, Caller
-from queuey.sqs.errors import SQSError
 from queuey.sqs.message_actions import MessageActions
 from queuey.sqs.movetasks import MoveTasks
 from queuey.sqs.permission_actions import PermissionActions
@@ -35,12 +32,7 @@ class SQSService(QueueActions, AttributeActions, MessageActions, PermissionActio
     def __init__(self, services: Services) -> None:
         super().__init__(services)
         self.moves = MoveTasks(services.storage, services.workqueues, services.clock)
-        self.handlers: dict[str, Callable[[Caller, dict], dict]] = {
-            name: getattr(self, action.handler) for name, action in ACTIONS.items()
-        }
 
     def call(self, action: str, caller: Caller, params: dict) -> dict:
-        handler = self.handlers.get(action)
-        if handler is None:
-            raise SQSError("InvalidAction", f"The action {action} is not valid for this endpoint.")
-        return handler(caller, params)
+        """Run ``action``, one of the table's (the view refuses any other)."""
+        return getattr(self, ACTIONS[action].handler)(caller, params)

@@ -20,7 +20,7 @@ from queuey import ids
 from queuey.core.messages import MessageRules
 from queuey.model import QueueMeta
 from queuey.sqs import policy
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, invalid
 from queuey.sqs.queues import ARN, Place
 
 #: Attributes only GetQueueAttributes answers.
@@ -101,7 +101,7 @@ def attribute_changes(
     ``dead_letter_queue``; the caller checks that it exists and allows it.
     """
     if not isinstance(given, Mapping):
-        raise SQSError("InvalidParameterValue", "Attributes must be a map of names to values.")
+        raise invalid("Attributes must be a map of names to values.")
     changes: dict[str, Any] = {}
     attributes: dict[str, str] = {}
     removed: list[str] = []
@@ -167,18 +167,8 @@ def _stored_value(name: str, value: str, place: Place, limits: MessageRules) -> 
     return value
 
 
-def _json_object(name: str, value: str) -> dict:
-    parsed = policy.document(value)
-    if parsed is None:
-        raise invalid_attribute(name)
-    return parsed
-
-
 def invalid_redrive_policy(value: str, reason: str) -> SQSError:
-    return SQSError(
-        "InvalidParameterValue",
-        f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}",
-    )
+    return invalid(f"Value {value} for parameter RedrivePolicy is invalid. Reason: {reason}")
 
 
 def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
@@ -219,9 +209,9 @@ def _redrive_policy(value: str, place: Place) -> dict[str, Any]:
 
 
 def _redrive_allow_policy(value: str, place: Place) -> str:
-    policy = _json_object("RedriveAllowPolicy", value)
-    permission = policy.get("redrivePermission")
-    sources = policy.get("sourceQueueArns")
+    allowed = policy.document(value) or {}  # not a JSON object: refused as no permission
+    permission = allowed.get("redrivePermission")
+    sources = allowed.get("sourceQueueArns")
     if permission not in ("allowAll", "denyAll", "byQueue"):
         raise invalid_attribute("RedriveAllowPolicy")
     if permission == "byQueue":
@@ -346,7 +336,7 @@ def check_attribute_names(names: object) -> set[str]:
     if names is None:
         return set()
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise SQSError("InvalidParameterValue", "AttributeNames must be a list of names.")
+        raise invalid("AttributeNames must be a list of names.")
     for name in names:
         if name != "All" and name not in ALL_NAMES:
             raise SQSError("InvalidAttributeName", f"Unknown Attribute {name}.")

@@ -20,20 +20,14 @@ from queuey.errors import Catalogued
 @dataclass(frozen=True)
 class ErrorKind:
     name: str  # how the code names it (the JSON ``__type`` suffix unless ``json_type`` says)
-    query_code: str  # the query protocol's ``<Code>``, and ``x-amzn-query-error``'s
-    status: int
+    query_code: str = ""  # the query protocol's ``<Code>``, and ``x-amzn-query-error``'s
+    status: int = 400
     sender: bool = True  # "Sender" or "Receiver" fault
     json_type: str = ""  # the JSON protocol's ``__type`` suffix when it is not ``name``
 
-
-def _kind(
-    name: str,
-    query_code: str | None = None,
-    status: int = 400,
-    sender: bool = True,
-    json_type: str = "",
-):
-    return ErrorKind(name, query_code or name, status, sender, json_type or name)
+    def __post_init__(self) -> None:  # both default to the name
+        object.__setattr__(self, "query_code", self.query_code or self.name)
+        object.__setattr__(self, "json_type", self.json_type or self.name)
 
 
 #: Every error this endpoint answers, by name.
@@ -41,50 +35,50 @@ KINDS: dict[str, ErrorKind] = {
     k.name: k
     for k in (
         # Modelled errors of the SQS API.
-        _kind("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"),
-        _kind("QueueNameExists", "QueueAlreadyExists"),
-        _kind("QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently"),
-        _kind("PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress", 403),
-        _kind("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404),
-        _kind("MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"),
-        _kind(
+        ErrorKind("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"),
+        ErrorKind("QueueNameExists", "QueueAlreadyExists"),
+        ErrorKind("QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently"),
+        ErrorKind("PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress", 403),
+        ErrorKind("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404),
+        ErrorKind("MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"),
+        ErrorKind(
             "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
         ),
-        _kind("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest"),
-        _kind("BatchEntryIdsNotDistinct", "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
-        _kind("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"),
-        _kind("InvalidBatchEntryId", "AWS.SimpleQueueService.InvalidBatchEntryId"),
-        _kind("InvalidAttributeName"),
-        _kind("InvalidAttributeValue"),
-        _kind("InvalidMessageContents"),
-        _kind("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation"),
-        _kind("OverLimit", "OverLimit", 403),
-        _kind("ResourceNotFoundException", "ResourceNotFoundException", 404),
-        _kind("InvalidAddress", "InvalidAddress", 404),
-        _kind("InvalidSecurity", "AWS.SimpleQueueService.InvalidSecurity", 403),
+        ErrorKind("EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest"),
+        ErrorKind("BatchEntryIdsNotDistinct", "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
+        ErrorKind("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong"),
+        ErrorKind("InvalidBatchEntryId", "AWS.SimpleQueueService.InvalidBatchEntryId"),
+        ErrorKind("InvalidAttributeName"),
+        ErrorKind("InvalidAttributeValue"),
+        ErrorKind("InvalidMessageContents"),
+        ErrorKind("UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation"),
+        ErrorKind("OverLimit", "OverLimit", 403),
+        ErrorKind("ResourceNotFoundException", "ResourceNotFoundException", 404),
+        ErrorKind("InvalidAddress", "InvalidAddress", 404),
+        ErrorKind("InvalidSecurity", "AWS.SimpleQueueService.InvalidSecurity", 403),
         # 403 as SQS answers it (and as botocore's SQS retry rule expects).
-        _kind("RequestThrottled", "RequestThrottled", 403),
+        ErrorKind("RequestThrottled", "RequestThrottled", 403),
         # Common errors of every AWS query/JSON service.
         # Amazon's JSON protocol names these two shapes apart from their query codes.
-        _kind("InvalidParameterValue", json_type="InvalidParameterValueException"),
-        _kind("InvalidParameterCombination"),
-        _kind("MissingParameter", json_type="MissingRequiredParameterException"),
-        _kind("MissingAction"),
-        _kind("InvalidAction"),
-        _kind("InvalidQueryParameter"),
-        _kind("MalformedQueryString", status=404),
-        _kind("ValidationError"),
-        _kind("SerializationException"),
-        _kind("UnknownOperationException"),
-        _kind("MissingAuthenticationToken", status=403),
-        _kind("IncompleteSignature"),
-        _kind("InvalidClientTokenId", status=403),
-        _kind("SignatureDoesNotMatch", status=403),
-        _kind("RequestExpired"),
-        _kind("AccessDenied", "AccessDenied", 403),
-        _kind("RequestEntityTooLarge", status=413),
-        _kind("InternalFailure", status=500, sender=False),
-        _kind("ServiceUnavailable", status=503, sender=False),
+        ErrorKind("InvalidParameterValue", json_type="InvalidParameterValueException"),
+        ErrorKind("InvalidParameterCombination"),
+        ErrorKind("MissingParameter", json_type="MissingRequiredParameterException"),
+        ErrorKind("MissingAction"),
+        ErrorKind("InvalidAction"),
+        ErrorKind("InvalidQueryParameter"),
+        ErrorKind("MalformedQueryString", status=404),
+        ErrorKind("ValidationError"),
+        ErrorKind("SerializationException"),
+        ErrorKind("UnknownOperationException"),
+        ErrorKind("MissingAuthenticationToken", status=403),
+        ErrorKind("IncompleteSignature"),
+        ErrorKind("InvalidClientTokenId", status=403),
+        ErrorKind("SignatureDoesNotMatch", status=403),
+        ErrorKind("RequestExpired"),
+        ErrorKind("AccessDenied", "AccessDenied", 403),
+        ErrorKind("RequestEntityTooLarge", status=413),
+        ErrorKind("InternalFailure", status=500, sender=False),
+        ErrorKind("ServiceUnavailable", status=503, sender=False),
     )
 }
 

@@ -189,19 +189,26 @@ class MessageActions(Actions):
         )
 
     def delete_message(self, caller: Caller, params: dict) -> dict:
+        return self._settle_one(caller, params, deleting=True)
+
+    def _settle_one(self, caller: Caller, params: dict, deleting: bool) -> dict:
+        """DeleteMessage or ChangeMessageVisibility: one receipt handle settled."""
         meta = self._queue(caller, params)
-        handle = inputs.receipt(params)
-        receipt, _ = handles.read(handle)
-        status = self._settle(meta, [receipt], None)[receipt]
-        error = self._settle_error(meta, handle, status, True)
+        handle, receipt, visibility = self._receipt(params, deleting)
+        status = self._settle(meta, [receipt], visibility)[receipt]
+        error = self._settle_error(meta, handle, status, deleting)
         if error:
             raise error
         return {}
 
-    def _visibility(self, params: dict, handle: str) -> tuple[str, int]:
-        """A ChangeMessageVisibility entry's receipt and timeout: at most 12 hours
-        counted from the receive that gave the handle, as SQS counts them."""
+    def _receipt(self, params: dict, deleting: bool) -> tuple[str, str, int | None]:
+        """A DeleteMessage or ChangeMessageVisibility entry's handle, receipt and
+        timeout (None: delete): at most 12 hours counted from the receive that
+        gave the handle, as SQS counts them."""
+        handle = inputs.receipt(params)
         receipt, received = handles.read(handle)
+        if deleting:
+            return handle, receipt, None
         visibility = inputs.integer(params, "VisibilityTimeout", 0, handles.MAX_VISIBILITY)
         if visibility is None:
             raise missing("VisibilityTimeout")
@@ -212,17 +219,10 @@ class MessageActions(Actions):
                 f"VisibilityTimeout for the message is beyond the limit "
                 f"[{handles.MAX_VISIBILITY} seconds]"
             )
-        return receipt, visibility
+        return handle, receipt, visibility
 
     def change_message_visibility(self, caller: Caller, params: dict) -> dict:
-        meta = self._queue(caller, params)
-        handle = inputs.receipt(params)
-        receipt, visibility = self._visibility(params, handle)
-        status = self._settle(meta, [receipt], visibility)[receipt]
-        error = self._settle_error(meta, handle, status, False)
-        if error:
-            raise error
-        return {}
+        return self._settle_one(caller, params, deleting=False)
 
     def delete_message_batch(self, caller: Caller, params: dict) -> dict:
         return self._settle_batch(caller, params, deleting=True)
@@ -239,11 +239,7 @@ class MessageActions(Actions):
         failed: list[dict] = []
         for entry in entries:
             try:
-                handle = inputs.receipt(entry)
-                if deleting:
-                    receipt, visibility = handles.read(handle)[0], None
-                else:
-                    receipt, visibility = self._visibility(entry, handle)
+                handle, receipt, visibility = self._receipt(entry, deleting)
             except SQSError as exc:
                 failed.append(batch_failure(entry["Id"], exc))
                 continue

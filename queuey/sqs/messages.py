@@ -37,8 +37,8 @@ from queuey import ids
 from queuey.model import Message
 from queuey.sqs.errors import SQSError, invalid
 
-#: Characters SQS accepts in a body or string attribute (its documented set).
-_INVALID_TEXT = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: Characters SQS refuses in a body or string attribute and XML 1.0 cannot carry.
+INVALID_TEXT = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _DATA_TYPE = re.compile(r"^(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,249})?$")
 #: Most message attributes on one message (SQS's limit).
@@ -50,7 +50,7 @@ SYSTEM_ATTRIBUTES = ("AWSTraceHeader",)
 def check_text(value: str, body: bool = True) -> None:
     """Only the characters SQS accepts: in a body ``InvalidMessageContents``,
     in an attribute value ``InvalidParameterValue``, with SQS's text."""
-    if _INVALID_TEXT.search(value):
+    if INVALID_TEXT.search(value):
         raise SQSError(
             "InvalidMessageContents" if body else "InvalidParameterValue",
             "Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | "

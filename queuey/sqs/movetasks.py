@@ -182,12 +182,8 @@ class MoveTasks:
         for name in moves:
             if not moves[name]:
                 moves[name] = dead_sources.get(name, set())
-        if destination is not None:
-            first = {destination.name}
-        else:
-            first = dead_sources.get(source.name, set())
         seen: set[str] = set()
-        todo = list(first)
+        todo = [destination.name] if destination else list(dead_sources.get(source.name, ()))
         while todo:
             name = todo.pop()
             if name == source.name:
@@ -229,18 +225,16 @@ class MoveTasks:
     def cancel(self, application: str, handle: object) -> int:
         found = _parse_handle(handle)
         if found is None or found[0] != application:
-            raise SQSError("ResourceNotFoundException", "The task handle does not exist.")
+            raise _no_task()
         _, name, task_id = found
         for _ in range(CANCEL_ATTEMPTS):
             try:
                 meta = self.queues.fresh(application, name)
             except QueueNotFound:
-                raise SQSError(
-                    "ResourceNotFoundException", "The task handle does not exist."
-                ) from None
+                raise _no_task() from None
             state = self._state(meta)
             if state is None or state["id"] != task_id:
-                raise SQSError("ResourceNotFoundException", "The task handle does not exist.")
+                raise _no_task()
             if not self._running(state) or meta.attributes.get(CANCEL) == task_id:
                 raise invalid("Only a task with the status RUNNING can be cancelled.")
             try:
@@ -333,17 +327,13 @@ class MoveTasks:
         now = self.clock.now_micros()
         if now - delay >= until:
             return False
-        newest = self.storage.read_messages(
-            source,
-            ReadQuery(
-                partitions=source.partition_numbers,
-                now_micros=now,
-                limit=1,
-                order="descending",
-                until_micros=until,
-            ),
-        )
+        newest = self._read(source, now, 1, "descending", until)
         return bool(newest) and newest[0].timestamp > now - delay
+
+    def _read(self, source: QueueMeta, now: int, limit: int, order: str, until: int) -> list:
+        """Up to ``limit`` of the source's messages from before ``until``, in ``order``."""
+        query = ReadQuery(source.partition_numbers, now, limit, order, until_micros=until)
+        return self.storage.read_messages(source, query)
 
     def _round(
         self, application: str, source: QueueMeta, destination: str | None, limit: int, until: int
@@ -359,16 +349,7 @@ class MoveTasks:
         except QueueNotFound:
             return 0, f"the destination queue {destination} no longer exists"
         now = self.clock.now_micros()
-        found = self.storage.read_messages(
-            source,
-            ReadQuery(
-                partitions=source.partition_numbers,
-                now_micros=now,
-                limit=limit,
-                order="ascending",
-                until_micros=until,
-            ),
-        )
+        found = self._read(source, now, limit, "ascending", until)
         if not found:
             return 0, None
         found = _within_bytes(found, ROUND_BYTES)
@@ -404,6 +385,10 @@ def _within_bytes(messages: list, limit: int) -> list:
         if total > limit and n:
             return messages[:n]
     return messages
+
+
+def _no_task() -> SQSError:
+    return SQSError("ResourceNotFoundException", "The task handle does not exist.")
 
 
 def _already_running() -> SQSError:

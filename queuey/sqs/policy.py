@@ -135,10 +135,6 @@ class _Statement:
     resource: _Matcher
 
 
-def _glob(pattern: str, fold: bool = False) -> _Glob:
-    return _Glob(pattern, fold)
-
-
 def _strings(value: Any) -> list[str]:
     """A string or a non-empty list of strings, as a list."""
     values = [value] if isinstance(value, str) else value
@@ -151,7 +147,7 @@ def _principals(value: Any) -> tuple[_Glob, ...]:
     """The accounts a principal names, as patterns of account ids (other kinds
     of principal, services for example, are kept out: no application is one)."""
     if value == "*":
-        return (_glob("*"),)
+        return (_Glob("*"),)
     if not isinstance(value, dict) or not value or not set(value) <= PRINCIPAL_KINDS:
         raise _Invalid
     found = []
@@ -160,7 +156,7 @@ def _principals(value: Any) -> tuple[_Glob, ...]:
             if kind != "AWS":
                 continue
             if one == "*":
-                found.append(_glob("*"))
+                found.append(_Glob("*"))
             elif _ACCOUNT.match(one):
                 found.append(_Glob(one))
             elif _IAM_ARN.match(one):
@@ -192,13 +188,13 @@ def _statement(raw: Any) -> _Statement:
         resources = _strings(raw.get("Resource", raw.get("NotResource")))
         if not all(r == "*" or (r.startswith("arn:") and len(r) <= MAX_PATTERN) for r in resources):
             raise _Invalid
-        resource = _Matcher(tuple(_glob(r) for r in resources), "NotResource" in raw)
+        resource = _Matcher(tuple(_Glob(r) for r in resources), "NotResource" in raw)
     return _Statement(
         allow=raw["Effect"] == "Allow",
         conditional="Condition" in raw,
         principal=_Matcher(_principals(principal), "NotPrincipal" in raw),
         action=_Matcher(
-            tuple(_glob("sqs:*" if a == "*" else a, fold=True) for a in action),
+            tuple(_Glob("sqs:*" if a == "*" else a, fold=True) for a in action),
             "NotAction" in raw,
         ),
         resource=resource,

@@ -17,7 +17,8 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from queuey.sqs.api import ACTIONS, Member, Shape
-from queuey.sqs.errors import SQSError
+from queuey.sqs.errors import SQSError, invalid
+from queuey.sqs.messages import INVALID_TEXT
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 #: Parameters the query protocol adds around an action's own.
@@ -27,12 +28,10 @@ MAX_ITEMS = 1000
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 _INTEGER = re.compile(r"^-?[0-9]{1,19}$")
-#: Characters XML 1.0 cannot carry, replaced in answers (bodies are checked on send).
-_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _invalid(name: str, reason: str) -> SQSError:
-    return SQSError("InvalidParameterValue", f"Value for parameter {name} is invalid. {reason}")
+    return invalid(f"Value for parameter {name} is invalid. {reason}")
 
 
 def _shapes(action: str) -> tuple[Shape, Shape]:
@@ -79,16 +78,12 @@ def parse_query(action: str, pairs: Sequence[tuple[str, str]]) -> dict:
 
 def _read_structure(found: _Pairs, shape: Shape, prefix: str) -> dict:
     out: dict[str, Any] = {}
+    base = prefix + "." if prefix else ""
     for name, member in shape.members.items():
-        path = (prefix + "." if prefix else "") + (member.wire or name)
-        if member.shape.kind == "list" and member.shape.item:
-            path = (prefix + "." if prefix else "") + member.shape.item
-            if not found.has(path) and found.has((prefix + "." if prefix else "") + name):
-                path = (prefix + "." if prefix else "") + name
-        elif member.shape.kind == "map" and not found.has(path):
-            alternative = (prefix + "." if prefix else "") + name
-            if found.has(alternative):
-                path = alternative
+        path = base + (member.shape.item or member.wire or name)
+        # A list or map may also be sent under its member's own name.
+        if member.shape.kind in ("list", "map") and not found.has(path) and found.has(base + name):
+            path = base + name
         if found.has(path):
             value = _read(found, member.shape, path, name)
             if value is not None:
@@ -197,7 +192,7 @@ def _check(shape: Shape, value: Any, path: str) -> Any:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return escape(_NOT_XML.sub("\ufffd", str(value)))
+    return escape(INVALID_TEXT.sub("\ufffd", str(value)))  # what XML 1.0 cannot carry
 
 
 def _write(out: list[str], shape: Shape, value: Any) -> None:

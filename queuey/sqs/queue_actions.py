@@ -170,13 +170,10 @@ class QueueActions(Actions):
         return result
 
     def start_message_move_task(self, caller: Caller, params: dict) -> dict:
-        source = self._named(
-            caller, caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")
-        )
+        source = self._by_arn(caller, params, "SourceArn")
         destination = None
         if params.get("DestinationArn") is not None:
-            name = caller.place.name_from_arn(params["DestinationArn"], "DestinationArn")
-            destination = self._named(caller, name)
+            destination = self._by_arn(caller, params, "DestinationArn")
         rate = inputs.integer(params, "MaxNumberOfMessagesPerSecond", 1, 500)
         if destination is None and not any(
             q.max_attempts and q.dead_letter_name == source.name for q in self._every_queue(caller)
@@ -188,9 +185,12 @@ class QueueActions(Actions):
         handle = self.moves.start(source, destination, rate, self._every_queue(caller))
         return {"TaskHandle": handle}
 
+    def _by_arn(self, caller: Caller, params: dict, member: str) -> QueueMeta:
+        """The caller's queue the ARN in ``member`` names."""
+        return self._named(caller, caller.place.name_from_arn(params.get(member), member))
+
     def list_message_move_tasks(self, caller: Caller, params: dict) -> dict:
-        name = caller.place.name_from_arn(params.get("SourceArn"), "SourceArn")
-        source = self._named(caller, name)
+        source = self._by_arn(caller, params, "SourceArn")
         limit = inputs.integer(params, "MaxResults", 1, 10) or 1
         return {"Results": self.moves.list(caller.place, source)[:limit]}
 

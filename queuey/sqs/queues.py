@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from queuey.errors import QueueNotFound
 from queuey.model import QueueMeta
 from queuey.settings import REGION
-from queuey.sqs.errors import SQSError, refusal
+from queuey.sqs.errors import SQSError, invalid, refusal
 
 STANDARD_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 FIFO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
@@ -32,14 +32,12 @@ def check_name(name: object, fifo: bool) -> str:
     the queue is made with ``FifoQueue`` true (its name must end in .fifo)."""
     if fifo:
         if not isinstance(name, str) or not FIFO_NAME.match(name):
-            raise SQSError(
-                "InvalidParameterValue",
+            raise invalid(
                 "The name of a FIFO queue can only include alphanumeric characters, hyphens, "
                 "or underscores, must end with .fifo suffix and be 1 to 80 in length",
             )
     elif not isinstance(name, str) or not STANDARD_NAME.match(name):
-        raise SQSError(
-            "InvalidParameterValue",
+        raise invalid(
             "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
         )
     return name
@@ -106,8 +104,7 @@ class Place:
         """The stored name of the queue an ARN names: this account's, in this region."""
         match = ARN.match(arn) if isinstance(arn, str) else None
         if match is None or match.group(2) != self.account_id or match.group(1) != self.region:
-            raise SQSError(
-                "InvalidParameterValue",
+            raise invalid(
                 f"Value {arn} for parameter {what} is invalid. Reason: not an ARN of a queue "
                 "of this account in this region.",
             )
@@ -142,12 +139,12 @@ def tags_of(meta: QueueMeta) -> dict[str, str]:
 
 def check_tags(tags: object) -> dict[str, str]:
     if not isinstance(tags, Mapping):
-        raise SQSError("InvalidParameterValue", "Tags must be a map of keys to values.")
+        raise invalid("Tags must be a map of keys to values.")
     for key, value in tags.items():
         if not isinstance(key, str) or not 1 <= len(key) <= 128:
-            raise SQSError("InvalidParameterValue", "Tag keys must be 1 to 128 characters.")
+            raise invalid("Tag keys must be 1 to 128 characters.")
         if not isinstance(value, str) or len(value) > 256:
-            raise SQSError("InvalidParameterValue", "Tag values must be 0 to 256 characters.")
+            raise invalid("Tag values must be 0 to 256 characters.")
     return dict(tags)
 
 
@@ -156,5 +153,5 @@ def tag_attributes(attributes: Mapping[str, str], tags: Mapping[str, str]) -> di
     (the queue's map as read) for the tag limit."""
     added = {TAG_PREFIX + key: value for key, value in tags.items()}
     if len({k for k in attributes if k.startswith(TAG_PREFIX)} | added.keys()) > MAX_TAGS:
-        raise SQSError("InvalidParameterValue", f"A queue holds at most {MAX_TAGS} tags.")
+        raise invalid(f"A queue holds at most {MAX_TAGS} tags.")
     return added

@@ -22,6 +22,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
@@ -187,12 +188,16 @@ def _parse_presigned(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
     return params
 
 
-def _parse_date(text: str | None) -> datetime:
+def _parse_date(text: str | None, http: bool = False) -> datetime:
+    """An ``X-Amz-Date`` (or, ``http``, a ``Date`` header's) time."""
     if not text:
-        raise _incomplete("Authorization requires an X-Amz-Date header or parameter.")
+        where = "or Date header" if http else "header or parameter"
+        raise _incomplete(f"Authorization requires an X-Amz-Date {where}.")
     try:
+        if http:
+            return parsedate_to_datetime(text).astimezone(UTC)
         return datetime.strptime(text, _AMZ_DATE).replace(tzinfo=UTC)
-    except ValueError:
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         raise SQSError("RequestExpired", f"Invalid request date {text[:40]!r}.") from None
 
 
@@ -270,7 +275,7 @@ def verify(
         credential_text, signed, signature = _parse_authorization(authorization)
         amz_date = _header(request.headers, "X-Amz-Date")
         date_header = "x-amz-date" if amz_date else "date"
-        date = _parse_date(amz_date) if amz_date else _http_date(request.headers)
+        date = _parse_date(amz_date or _header(request.headers, "Date"), http=not amz_date)
         amz_date = date.strftime(_AMZ_DATE)
         expires = None
     else:
@@ -345,18 +350,6 @@ def verify(
     if not (matched and known):
         raise SQSError("SignatureDoesNotMatch", _MISMATCH)
     return Credential(access_key, day, region, service)
-
-
-def _http_date(headers: Mapping[str, str]) -> datetime:
-    from email.utils import parsedate_to_datetime
-
-    text = _header(headers, "Date")
-    if not text:
-        raise _incomplete("Authorization requires an X-Amz-Date or Date header.")
-    try:
-        return parsedate_to_datetime(text).astimezone(UTC)
-    except (TypeError, ValueError, IndexError, OverflowError, OSError):
-        raise SQSError("RequestExpired", f"Invalid request date {text[:40]!r}.") from None
 
 
 def _check_time(date: datetime, now: float, max_skew: int, expires: int | None) -> None:
