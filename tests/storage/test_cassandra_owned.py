@@ -16,6 +16,7 @@ from collections import Counter
 
 import pytest
 
+from queuey.errors import StorageUnavailable
 from queuey.model import NewMessage, QueueMeta
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.cassandra.leases import ACKED, LeaseState, Slot
@@ -268,3 +269,28 @@ def test_a_call_racing_a_hand_over_never_leaves_a_partition_held_without_its_row
         racer.join(10)
     held = owner.held(key)
     assert held is None or owner_row(store, key) == owner.member
+
+
+def test_an_answer_a_process_cannot_read_is_storage_unavailable(
+    store, other, four, clock, monkeypatch
+):
+    """A partition owner answering in a shape this process does not know (a
+    peer of another release): the forwarded reserve and ack fail as storage
+    unavailable (a 503 the caller retries), never as an internal error, and
+    what the owner did stands (the acks, idempotent, are acked once retried)."""
+    post(store, four, 40)
+    got = drain([other], four, clock)  # the other process owns every partition now
+    assert len(got) == 40
+    store.stats(four, clock.now_micros())  # this process's peer client is started
+    client = store._work._client
+    real = client.call
+    monkeypatch.setattr(client, "call", lambda *call: {"garbled": real(*call)})
+    receipts = [d.receipt for d in got]
+    with pytest.raises(StorageUnavailable):
+        store.ack(four, "s", receipts, clock.now_micros())
+    post(store, four, 4)
+    with pytest.raises(StorageUnavailable):
+        reserve(store, four, clock)
+    monkeypatch.setattr(client, "call", real)
+    statuses = store.ack(four, "s", receipts, clock.now_micros())
+    assert Counter(statuses.values()) == {"acked": 40}

@@ -134,7 +134,7 @@ class OwnedWorkQueue:
                 "ask": wire.encode_reserve_ask(replace(ask, partitions=parts, limit=need)),
             }
             try:
-                answer = wire.decode_reserved(self._forward(address, "reserve", args))
+                answer = self._forward(address, "reserve", args, wire.decode_reserved)
             except PeerNoAnswer:
                 # The owner may have leased messages it never answered with:
                 # say so (outcome unknown) rather than answer without them.
@@ -189,8 +189,9 @@ class OwnedWorkQueue:
             return "release", {"ask": wire.encode_release_ask(replace(ask, receipts=mine))}
 
         def decode(answer: dict) -> dict[str, ReceiptStatus]:
-            dead.extend(wire.decode_dead_letters(answer["dead"]))
-            return wire.decode_statuses(answer["statuses"])
+            statuses, letters = wire.decode_statuses(answer["statuses"]), answer["dead"]
+            dead.extend(wire.decode_dead_letters(letters))  # all or nothing: after the statuses
+            return statuses
 
         statuses = self._statuses(queue, sub, ask.receipts, local, remote, decode)
         return statuses, dead
@@ -213,7 +214,7 @@ class OwnedWorkQueue:
                 args = {"queue": wire.encode_queue(queue), "sub": sub}
                 args |= {"refs": wire.encode_refs(picked), "now": now}
                 try:
-                    count += int(self._forward(address, "reopen", args)["count"])
+                    count += self._forward(address, "reopen", args, _count)
                 except PeerUnavailable:
                     self.ownership.forget(queue.incarnation, sub, parts)
                     continue
@@ -252,9 +253,17 @@ class OwnedWorkQueue:
         except NotOwner:
             raise StorageUnavailable("cassandra: partition ownership moved, retry") from None
 
-    def _forward(self, address: str, op: str, args: dict) -> Any:
+    def _forward(self, address: str, op: str, args: dict, decode: Callable[[Any], T]) -> T:
+        """``op`` carried out by the owner at ``address``, its answer decoded.
+        An answer that does not decode (a peer of another release) is
+        :class:`PeerNoAnswer`: the owner did something this process cannot
+        tell, so the caller treats it as an answer lost."""
         assert self._client is not None
-        return self._client.call(address, op, args, self.timeout)
+        answer = self._client.call(address, op, args, self.timeout)
+        try:
+            return decode(answer)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise PeerNoAnswer(f"peer {address}: a malformed answer to {op}: {exc}") from None
 
     def _statuses(
         self,
@@ -294,7 +303,7 @@ class OwnedWorkQueue:
                 op, args = remote([r for p in parts for r in by_partition[p]])
                 args |= {"queue": wire.encode_queue(queue), "sub": sub}
                 try:
-                    settle(parts, decode(self._forward(address, op, args)))
+                    settle(parts, self._forward(address, op, args, decode))
                 except PeerUnavailable:
                     self.ownership.forget(queue.incarnation, sub, parts)
         if by_partition:
@@ -377,3 +386,11 @@ def peer_secret(c: Connection, config: CassandraSettings) -> str:
         timeout=config.request_timeout,
     ).one()
     return drawn if row[0] else str(row[-1])
+
+
+def _count(answer: Any) -> int:
+    """A forwarded reopen's answer: how many messages it reopened."""
+    count = answer["count"]
+    if type(count) is not int:
+        raise ValueError(f"count: expected an integer, got {type(count).__name__}")
+    return count
