@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from queuey.errors import StorageUnavailable
-from queuey.model import NewMessage, QueueMeta
+from queuey.model import MessageRef, NewMessage, QueueMeta
 from queuey.storage.cassandra import load_from_config
 from queuey.storage.cassandra.leases import ACKED, LeaseState, Slot
 from tests.storage.cassandra_support import Recorder
@@ -294,3 +294,17 @@ def test_an_answer_a_process_cannot_read_is_storage_unavailable(
     monkeypatch.setattr(client, "call", real)
     statuses = store.ack(four, "s", receipts, clock.now_micros())
     assert Counter(statuses.values()) == {"acked": 40}
+
+
+def test_a_reopen_through_a_process_owning_nothing_is_forwarded_and_counted(
+    store, other, four, clock
+):
+    """A redrive's reopen reaching a process that owns none of the partitions
+    is carried out by their owner, and its count comes back decoded."""
+    post(store, four, 10)
+    got = drain([other], four, clock)  # the other process owns every partition now
+    acked = other.ack(four, "s", [d.receipt for d in got], clock.now_micros())
+    assert Counter(acked.values()) == {"acked": 10}
+    refs = [MessageRef(d.message.partition, d.message.id) for d in got]
+    assert store.reopen(four, "s", refs, clock.now_micros()) == 10
+    assert len(drain([other], four, clock)) == 10

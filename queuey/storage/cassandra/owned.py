@@ -214,7 +214,7 @@ class OwnedWorkQueue:
                 args = {"queue": wire.encode_queue(queue), "sub": sub}
                 args |= {"refs": wire.encode_refs(picked), "now": now}
                 try:
-                    count += self._forward(address, "reopen", args, _count)
+                    count += self._forward(address, "reopen", args, wire.decode_count)
                 except PeerUnavailable:
                     self.ownership.forget(queue.incarnation, sub, parts)
                     continue
@@ -386,11 +386,3 @@ def peer_secret(c: Connection, config: CassandraSettings) -> str:
         timeout=config.request_timeout,
     ).one()
     return drawn if row[0] else str(row[-1])
-
-
-def _count(answer: Any) -> int:
-    """A forwarded reopen's answer: how many messages it reopened."""
-    count = answer["count"]
-    if type(count) is not int:
-        raise ValueError(f"count: expected an integer, got {type(count).__name__}")
-    return count

@@ -282,6 +282,11 @@ def decode_receipts(value: Any) -> list[str]:
     return _strs(value, "receipts")
 
 
+def decode_count(value: Any) -> int:
+    """A forwarded reopen's answer: how many messages it reopened."""
+    return _int(_fields(value, "reopen answer", frozenset(("count",)))["count"], "count")
+
+
 def encode_refs(refs: Sequence[MessageRef]) -> list[dict[str, Any]]:
     return [REF.encode(r) for r in refs]
 
