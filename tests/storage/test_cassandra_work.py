@@ -16,7 +16,7 @@ import pytest
 
 from queuey import ids
 from queuey.errors import StorageUnavailable
-from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery, make_receipt
 from queuey.storage.cassandra import leases, load_from_config, upgrade_schema
 from queuey.storage.cassandra import schema as schema_module
 from queuey.storage.cassandra import writes as writes_module
@@ -234,6 +234,34 @@ def test_each_reopen_draws_a_new_generation_even_after_its_slot_was_reused(store
         ref = MessageRef(1, posted.id)
         assert store.reopen(queue, "s", [ref], clock.now_micros()) == 1
     assert generations[0] == "" and len(set(generations)) == 3
+
+
+def test_an_ack_retried_after_its_slot_went_to_another_delivery_says_expired(store, clock):
+    """An ack whose answer was lost (a 503 while its write landed, as when an
+    owner froze past its term) is sent again; by then its finished slot may
+    hold another delivery, and which lease finished the message is no longer
+    known. The retry answers ``expired`` (SQS: a standard queue's delete
+    succeeds), not ``unknown``, which stays for a receipt naming a message
+    never handed out."""
+    app = "app-" + uuid.uuid4().hex[:12]
+    queue = store.create_queue(QueueMeta(application=app, name="q", partitions=1, ttl=600))
+    first = store.put_messages(queue, [NewMessage('{"n": 0}', 1, 600)])[0]
+    clock.advance(0.001)  # settled: a finished slot is reusable once behind the position
+    (delivery,) = reserve(store, queue, clock).deliveries
+    assert store.ack(queue, "s", [delivery.receipt], clock.now_micros()) == {
+        delivery.receipt: "acked"
+    }
+    store.put_messages(queue, [NewMessage('{"n": 1}', 1, 600)])
+    clock.advance(0.001)
+    (other,) = reserve(store, queue, clock).deliveries
+    slots = lease_state(store, queue).slots.values()
+    assert first.id not in {x.message_id for x in slots}  # its slot went to the next delivery
+    waiting = store.put_messages(queue, [NewMessage('{"n": 2}', 1, 600)])[0]
+    never = make_receipt(1, waiting.id, "0123456789abcdef")
+    invented = make_receipt(1, uuid.uuid1(), "0123456789abcdef")
+    answers = store.ack(queue, "s", [delivery.receipt, never, invented], clock.now_micros())
+    assert answers == {delivery.receipt: "expired", never: "unknown", invented: "unknown"}
+    assert store.ack(queue, "s", [other.receipt], clock.now_micros()) == {other.receipt: "acked"}
 
 
 # -- priorities and delays -------------------------------------------------------------------

@@ -130,10 +130,14 @@ class OwnedTable:
         stamp = self.ownership.stamp
         pending = []
         for state in states:
+            # Stamped before the term is checked: a write that leaves after
+            # the term ended (this process frozen in between) carries a time
+            # from within it, so it loses to all a successor writes.
+            ts = stamp()
             h = self._held(queue, sub, state.partition)
             if h.epoch != state.version:
                 raise NotOwner("cassandra: the partition changed owner meanwhile, retry")
-            pending.append((h, state, h.seq + 1, stamp()))
+            pending.append((h, state, h.seq + 1, ts))
         # One request for every partition the call changed (an unlogged batch:
         # each delta stands alone, so nothing needs the batch log).
         future = self.ownership.log.write_deltas(

@@ -31,6 +31,7 @@ from queuey.model import (
     make_receipt,
     parse_receipt,
 )
+from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.cassandra.leases import FINISHED, GONE, RELEASED, LeaseState, Slot
 from queuey.storage.cassandra.ownedtable import OwnedTable
@@ -70,9 +71,44 @@ class CassandraWorkQueue:
         self, c: Connection, queue: QueueMeta, sub: str, receipts: Sequence[str], now: int
     ) -> dict[str, ReceiptStatus]:
         def change(state: LeaseState, items):
-            return {r: state.ack(mid, token) for r, mid, token in items}
+            out = {r: state.ack(mid, token) for r, mid, token in items}
+            slotless = [(r, mid) for r, mid, _ in items if out[r] == "unknown"]
+            return out | self._recycled(c, queue, sub, state, slotless, now)
 
         return self._per_partition(c, queue, sub, receipts, change)
+
+    def _recycled(
+        self,
+        c: Connection,
+        queue: QueueMeta,
+        sub: str,
+        state: LeaseState,
+        items: list[tuple[str, uuid.UUID]],
+        now: int,
+    ) -> dict[str, ReceiptStatus]:
+        """``expired`` for the receipts whose message has no slot because it
+        was handed out and finished and its slot went to another delivery:
+        behind its priority's position, live, and taken by the subscription's
+        filter. Which lease finished it is no longer known, so the receipt's
+        lease is not the one on record: as for a lease that ended (an ack
+        retried after a 503 whose write landed finds its message so). Receipts
+        naming no live message, or one never handed out, stay ``unknown``.
+        One read per such receipt, only on this rare path."""
+        if not items:
+            return {}
+        probes = [Slot(0, mid, 0, "", "", 0, 0) for _, mid in items]
+        bodies = self.table.messages(c, queue, state.partition, probes, now)
+        accept = accepts(queue, sub)
+        out: dict[str, ReceiptStatus] = {}
+        for receipt, mid in items:
+            msg = bodies.get(mid)
+            if (
+                msg is not None
+                and state.behind(msg.priority, mid)
+                and (accept is None or accept(msg))
+            ):
+                out[receipt] = "expired"
+        return out
 
     def extend(
         self, c: Connection, queue: QueueMeta, sub: str, ask: ExtendAsk
