@@ -45,7 +45,14 @@ from queuey.storage.cassandra.ownership import SETTLE
 from tests.faults import work_queue_verdict as verdicts
 from tests.faults.conftest import ApiNode
 from tests.faults.test_work_queue import assert_invariants, post_keys, queue_name, report
-from tests.faults.work_queue_support import Consumer, FailoverHttp, HttpError, WorkLog, always
+from tests.faults.work_queue_support import (
+    Consumer,
+    FailoverHttp,
+    HttpError,
+    WorkLog,
+    WorkQueueHttp,
+    always,
+)
 from tests.support import server_settings, wait_until
 
 # Alone: a frozen owner's takeover is timed against its term (4 s); beside the
@@ -302,6 +309,7 @@ class Run:
         takeover = "none" if self.takeover_s is None else f"{self.takeover_s:.2f}"
         examples = v.examples[:3] + self.unexplained[:3]
         examples += [f"{a.key}: {a.consumer} & {b.consumer}" for a, b in self.overlaps[:3]]
+        examples += self.histories(sorted(self.log.expected - self.log.acked_keys)[:4])
         return report(
             headline,
             f"takeover_s={takeover} (bound {TAKEOVER_BOUND}) first_delivery_from_victim_"
@@ -310,6 +318,7 @@ class Run:
             f"delivered={v.delivered} deliveries={v.deliveries} "
             f"redelivered_early={v.early_redeliveries} double_leased={len(self.overlaps)} "
             f"acked_then_delivered_again={v.after_ack} lost={v.lost} "
+            f"(of which acked_after_a_503_then_gone={v.unsure}) "
             f"wrong_attempts={v.wrong_attempts} false_expired={v.false_expired} "
             f"ack_statuses={v.ack_statuses} unknown_outcomes={v.unavailable} "
             f"answered_after_lease_could_end={len(verdicts.stale_answers(self.log))} "
@@ -323,11 +332,48 @@ class Run:
             f"| node-a log={log_summary(self.pair.a)} node-b log={log_summary(self.pair.b)}",
         )
 
+    def histories(self, keys: list[str]) -> list[str]:
+        """What happened to each of ``keys`` (lost ones): every delivery
+        (consumer, partition, attempts, seconds from the fault sent and
+        answered) and every answer to its receipts."""
+
+        def span(sent: float, received: float) -> str:
+            return f"{sent - self.fault_at:+.2f}/{received - self.fault_at:+.2f}"
+
+        out = []
+        for key in keys:
+            events = []
+            for d in (d for d in self.log.deliveries if d.key == key):
+                when = span(d.sent, d.received)
+                events.append(f"{d.consumer} p{d.partition} a{d.attempts} {d.receipt} {when}")
+                events += [f"{f.verb}={f.status} {span(f.sent, f.received)}"
+                           for f in self.log.finishes if f.receipt == d.receipt]  # fmt: skip
+            out.append(f"lost {key}: {'; '.join(events)}")
+        return out
+
+    def left_over(self) -> list[str]:
+        """The keys the survivor still hands out once every lease given so
+        far has ended (a bounded wait: the visibility timeout)."""
+        assert self.survivor is not None
+        time.sleep(max(0.0, max(d.sent for d in self.log.deliveries) + VT + 1 - time.time()))
+        http = WorkQueueHttp(self.survivor.url, self.pair.application)
+        try:
+            return [str(m["body"].get("key")) for m in http.reserve(self.queue, limit=100)]
+        finally:
+            http.close()
+
     def check(self, line: str) -> None:
-        """The invariants (no double lease, ack final, none lost), then the takeover."""
+        """The invariants (no double lease, ack final, none lost), then the
+        takeover. An ack answered 503 and then "expired" (its write may have
+        landed, the record of it gone since) finished its message if the
+        queue hands it out no more once every lease ended."""
         assert not self.overlaps, line
         assert not self.unexplained, line
-        assert_invariants(verdicts.verdict_in_lease_order(self.log), self.log, line)
+        v = verdicts.verdict_in_lease_order(self.log)
+        if v.unsure:
+            left = self.left_over()
+            assert not left, f"still handed out after acks answered 503: {left} {line}"
+        assert_invariants(v, self.log, line, drained=True)
         assert self.takeover_s is not None and self.takeover_s <= TAKEOVER_BOUND, line
 
 

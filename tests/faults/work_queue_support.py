@@ -172,6 +172,9 @@ class Finish:
     sent: float
     received: float
     error: str | None = None
+    #: An earlier attempt of the same call answered 503 (its outcome unknown):
+    #: an answer other than "acked" then leaves open whether the ack landed.
+    unsure: bool = False
 
 
 class WorkLog:
@@ -184,6 +187,9 @@ class WorkLog:
         self.finishes: list[Finish] = []
         self.by_receipt: dict[str, Delivery] = {}
         self.acked_keys: set[str] = set()
+        #: Keys whose ack answered 503, then not "acked" when sent again (see
+        #: :attr:`Finish.unsure`): finished only if the queue has them no more.
+        self.unsure_keys: set[str] = set()
         self.errors: list[str] = []
         #: 503 answers per call ("post", "reserve", "ack", "release"): outcome unknown.
         self.unavailable: dict[str, int] = defaultdict(int)
@@ -196,7 +202,7 @@ class WorkLog:
             self._check()
 
     def _check(self) -> None:
-        if self.expected and self.expected <= self.acked_keys:
+        if self.expected and self.expected <= self.acked_keys | self.unsure_keys:
             self.all_acked.set()
 
     def delivered(self, items: list[Delivery]) -> None:
@@ -210,6 +216,8 @@ class WorkLog:
             for f in items:
                 if f.verb == "ack" and f.status == "acked":
                     self.acked_keys.add(self.by_receipt[f.receipt].key)
+                elif f.verb == "ack" and f.unsure:
+                    self.unsure_keys.add(self.by_receipt[f.receipt].key)
             self._check()
 
     def unknown_outcome(self, verb: str) -> None:
@@ -337,7 +345,7 @@ class Consumer(threading.Thread):
         if action == "late-ack":
             self.stop_event.wait(batch[0].sent + self.visibility_timeout + 0.3 - time.time())
             action = "ack"
-        sent = time.time()
+        sent, unsure = time.time(), False
         for attempt in range(5):
             try:
                 if action == "ack":
@@ -351,6 +359,7 @@ class Consumer(threading.Thread):
                 if exc.status != 503:
                     raise
                 self.log.unknown_outcome(action)
+                unsure = True
                 if attempt == 4:
                     raise RuntimeError(f"{action} answered 503 five times: {exc}") from exc
                 time.sleep(0.2)  # not the stop event: the receipts still need an answer
@@ -358,7 +367,7 @@ class Consumer(threading.Thread):
         error = self.release_error if action == "release" else None
         self.log.finished(
             [
-                Finish(r, action, s, sent, received, error)
+                Finish(r, action, s, sent, received, error, unsure)
                 for r, s in statuses(answer, receipts).items()
             ]
         )
