@@ -41,6 +41,17 @@ def known(values: Mapping[str, Any], names: Iterable[str], what: str) -> dict[st
     return dict(values)
 
 
+class HostCalls:
+    """Calls mixed into :class:`~queuey.client.http.QueueyClient`: they go
+    through its ``_request(method, path, *, params, json, repeatable,
+    timeout)`` and read its ``timeout``."""
+
+    timeout: float
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+
 class ByPosition(BaseModel):
     """Lets a record take its fields by position, in declared order (those in
     ``keyword_only`` left out), as the client's dataclasses did. Only for

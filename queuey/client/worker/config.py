@@ -175,6 +175,9 @@ class Runner:
 
     config: WorkerConfig
     _stop: threading.Event
+    _clients: list[QueueyClient]
+    #: Makes the clients :meth:`_own_client` hands out (None: :meth:`_client`).
+    _client_factory: Callable[[], QueueyClient] | None = None
 
     @classmethod
     def from_ini(cls, path: str | Path, **kwargs: Any) -> Any:
@@ -191,6 +194,12 @@ class Runner:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def _own_client(self) -> QueueyClient:
+        """A new client, this worker's own: closed when it stops."""
+        client = (self._client_factory or self._client)()
+        self._clients.append(client)
+        return client
 
     def _client(self, **extra: Any) -> QueueyClient:
         """A client of the service the config names (``extra``: more of its options)."""

@@ -126,6 +126,7 @@ class Worker(Runner):
         self.group = group or ConsumerGroup(
             config.zookeeper_hosts,
             config.group,
+            # The discovery thread gets a client (and a connection pool) of its own.
             QueueDiscovery(self._own_client(), config.queues, config.exclude),
             root=config.zookeeper_root,
             session_timeout=config.session_timeout,
@@ -141,15 +142,6 @@ class Worker(Runner):
         self.failures = FailureQueues(
             self.client, config.failure_queue, config.group, self.group.member_id
         )
-
-    def _own_client(self) -> QueueyClient:
-        """A client this worker made, closed when it stops.
-
-        The group's discovery thread gets one (and a connection pool) of its own.
-        """
-        client = self._client()
-        self._clients.append(client)
-        return client
 
     # ---------------------------------------------------------- control
 
