@@ -360,7 +360,7 @@ def _replace(
     tmp = spooldisk.sidecar(path, suffix)
     fd = spooldisk.open_temporary(tmp)
     offsets: dict[int, int] = {}
-    try:
+    with spooldisk.closed_on_error(fd):
         spooldisk.write_all(fd, head)
         position = len(head)
         for run in _runs(pending):
@@ -371,9 +371,6 @@ def _replace(
             position += stop - start
         os.fsync(fd)
         os.replace(tmp, path)
-    except BaseException:
-        os.close(fd)
-        raise
     spooldisk.sync_directory(path.parent)
     return offsets, fd
 
