@@ -64,14 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exit_line(exc), file=sys.stderr)
         return REFUSED
     except CommandError as exc:
-        print(f"queuey {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        why, status = str(exc), exc.exit_code
     except ClientError as exc:
-        print(f"queuey {args.command}: {describe(exc)}", file=sys.stderr)
-        return 1
+        why, status = describe(exc), 1
     except KeyboardInterrupt:
-        print(f"queuey {args.command}: interrupted", file=sys.stderr)
-        return 130
+        why, status = "interrupted", 130
+    print(f"queuey {args.command}: {why}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -46,18 +47,6 @@ BATCH_BYTES = 2_000_000
 
 
 # -- export ---------------------------------------------------------------------------
-def _pages(client: QueueyClient, queue: str, partition: int, since: str | None) -> Iterator[list]:
-    while True:
-        page = client.read(
-            queue, since=since, limit=MAX_READ, order="ascending", partitions=[partition]
-        )
-        if page:
-            yield page
-        if len(page) < MAX_READ:
-            return
-        since = page[-1].message_id
-
-
 def _expected(client: QueueyClient, queue: str, partitions: list[int]) -> int | None:
     """About how many messages the partitions hold (for the progress bar)."""
     try:
@@ -112,7 +101,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 progress_bar(f"export {args.queue}", total, args.quiet) as (bar, task),
             ):
                 for partition in partitions:
-                    for page in _pages(client, args.queue, partition, since):
+                    messages = client.iter_messages(args.queue, [partition], since)
+                    while page := list(itertools.islice(messages, MAX_READ)):  # a read each
                         out.write("".join(map(encode, page)))
                         out.flush()
                         written += len(page)

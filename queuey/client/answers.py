@@ -57,21 +57,19 @@ def sent_and_failed(
 def decode(method: str, path: str, response: requests.Response, repeatable: bool) -> dict:
     if response.status_code >= 400:
         raise error(method, path, response, repeatable)
+    status = response.status_code
     try:
         data = response.json()
     except ValueError as exc:
-        raise ClientError(
-            f"{method} {path}: answer is not JSON (HTTP {response.status_code})",
-            status=response.status_code,
-            outcome_unknown=True,
-        ) from exc
+        raise _unusable(method, path, status, f"answer is not JSON (HTTP {status})") from exc
     if not isinstance(data, dict) or data.get("status") != "ok":
-        raise ClientError(
-            f"{method} {path}: unexpected answer {str(data)[:200]!r}",
-            status=response.status_code,
-            outcome_unknown=True,
-        )
+        raise _unusable(method, path, status, f"unexpected answer {str(data)[:200]!r}")
     return data
+
+
+def _unusable(method: str, path: str, status: int, what: str) -> ClientError:
+    """An answer that is no error and yet not the API's: the call may have taken effect."""
+    return ClientError(f"{method} {path}: {what}", status=status, outcome_unknown=True)
 
 
 def error_msg_of(response: requests.Response) -> dict[str, str]:

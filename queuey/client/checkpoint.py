@@ -72,6 +72,7 @@ class Checkpoint:
             return None
 
 
+@dataclasses.dataclass(eq=False)
 class CheckpointStore:
     """A group's checkpoint nodes under ``base``, and their optional HTTP mirror.
 
@@ -81,12 +82,9 @@ class CheckpointStore:
     replaces its client after a lost session.
     """
 
-    def __init__(
-        self, base: str, member_id: str, mirror: tuple[QueueyClient, str] | None = None
-    ) -> None:
-        self.base = base
-        self.member_id = member_id
-        self.mirror = mirror
+    base: str
+    member_id: str
+    mirror: tuple[QueueyClient, str] | None = None
 
     def path(self, key: Partition) -> str:
         return f"{self.base}/checkpoints/{key[0]}/{key[1]}"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queuey.client.models import known
+from queuey.client.models import HostCalls, known
 from queuey.client.models import path_segment as _q
 from queuey.model.flow import fields_of
 from queuey.model.flowfield import FlowField, FlowRecord
@@ -79,16 +79,9 @@ class FlowInfo:
         return self.subscriptions.get(name, SubscriptionFlow())
 
 
-class FlowCalls:
+class FlowCalls(HostCalls):
     """Flow settings of queues (``/queue/{name}``) and subscriptions
-    (``/queue/{name}/subscriptions/{subscription}``).
-
-    Needs the host class's ``_request(method, path, *, params, json,
-    repeatable, timeout)``.
-    """
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
-        raise NotImplementedError
+    (``/queue/{name}/subscriptions/{subscription}``)."""
 
     def flow(self, queue: str) -> FlowInfo:
         """The queue's flow settings and its subscriptions'."""

@@ -36,6 +36,7 @@ import queue
 import socket
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -46,6 +47,7 @@ from kazoo.retry import KazooRetry
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, repr=False)
 class GroupMember:
     """The ZooKeeper client, session and member node of one member of ``group``.
 
@@ -54,24 +56,16 @@ class GroupMember:
     owned in :meth:`_forget_session`, and read the events queued in ``_events``.
     """
 
-    def __init__(
-        self,
-        hosts: str,
-        group: str,
-        base: str,
-        member_id: str,
-        *,
-        session_timeout: float,
-        connect_timeout: float,
-        application: str | None = None,
-    ) -> None:
-        self.hosts = hosts
-        self.application = application
-        self.group = group
-        self.base = base
-        self.member_id = member_id
-        self.session_timeout = session_timeout
-        self.connect_timeout = connect_timeout
+    hosts: str
+    group: str
+    base: str
+    member_id: str
+    _: KW_ONLY
+    session_timeout: float
+    connect_timeout: float
+    application: str | None = None
+
+    def __post_init__(self) -> None:
         self.zk: KazooClient | None = None  # type: ignore[assignment]
         self._generation = 0
         self._session: int | None = None  # session id the current leases belong to

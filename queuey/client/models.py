@@ -9,7 +9,7 @@ handles raw answer dicts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -39,6 +39,17 @@ def known(values: Mapping[str, Any], names: Iterable[str], what: str) -> dict[st
     if unknown:
         raise TypeError(f"unknown {what}(s): {', '.join(sorted(unknown))}")
     return dict(values)
+
+
+class HostCalls:
+    """Calls mixed into :class:`~queuey.client.http.QueueyClient`: they go
+    through its ``_request(method, path, *, params, json, repeatable,
+    timeout)`` and read its ``timeout``."""
+
+    timeout: float
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
+        raise NotImplementedError
 
 
 class ByPosition(BaseModel):
@@ -99,19 +110,12 @@ class OutgoingMessage:
     group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "body": self.body,
-            **given(
-                partition=self.partition,
-                partition_key=self.partition_key,
-                ttl=self.ttl,
-                delay=self.delay,
-                priority=self.priority,
-                dedup_id=self.dedup_id,
-                attributes=None if self.attributes is None else dict(self.attributes),
-                group=self.group,
-            ),
-        }
+        """The batch entry: ``body`` and every other field that is set."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        entry = {"body": self.body, **given(**values)}
+        if self.attributes is not None:
+            entry["attributes"] = dict(self.attributes)
+        return entry
 
 
 class ReceivedMessage(ByPosition, Message):

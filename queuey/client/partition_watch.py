@@ -14,30 +14,24 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from queuey.client.assignment import Partition
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class PartitionWatch:
     """The sorted (queue, partition) pairs ``discover`` last returned for ``group``."""
 
-    def __init__(
-        self,
-        group: str,
-        discover: Callable[[], Sequence[Partition]],
-        interval: float,
-        stopping: threading.Event,
-        changed: Callable[[], None],
-    ) -> None:
-        self.group = group
-        self.discover = discover
-        self.interval = interval
-        self.partitions: list[Partition] = []
-        self._stopping = stopping
-        self._changed = changed
-        self._thread: threading.Thread | None = None
+    group: str
+    discover: Callable[[], Sequence[Partition]]
+    interval: float
+    stopping: threading.Event
+    changed: Callable[[], None]
+    partitions: list[Partition] = field(default_factory=list, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
 
     def start(self) -> None:
         """Discover again every ``interval`` seconds until ``stopping`` is set."""
@@ -51,9 +45,9 @@ class PartitionWatch:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while not self._stopping.wait(self.interval * random.uniform(0.8, 1.0)):
+        while not self.stopping.wait(self.interval * random.uniform(0.8, 1.0)):
             if self.refresh():
-                self._changed()
+                self.changed()
 
     def refresh(self) -> bool:
         """Call ``discover`` once; True when the partitions changed."""

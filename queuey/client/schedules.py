@@ -14,22 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from queuey.client.models import HostCalls
 from queuey.client.models import path_segment as _q
 from queuey.wire import ScheduleInfo
 
 __all__ = ["ScheduleCalls", "ScheduleInfo"]
 
 
-class ScheduleCalls:
+class ScheduleCalls(HostCalls):
     """Schedules (``/schedules``) and subscription filters
-    (``/queue/{name}/subscriptions``).
-
-    Needs the host class's ``_request(method, path, *, params, json,
-    repeatable, timeout)``.
-    """
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
-        raise NotImplementedError
+    (``/queue/{name}/subscriptions``)."""
 
     def list_schedules(self) -> list[ScheduleInfo]:
         """The application's schedules."""

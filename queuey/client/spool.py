@@ -137,11 +137,8 @@ class Spool:
         self._closed = False
         spooldisk.guard(*(spooldisk.sidecar(self.path, s) for s in spooldisk.SIDECARS))
         self._lock_fd = _lock(self.path)
-        try:
+        with spooldisk.closed_on_error(self._lock_fd):
             self._open()
-        except BaseException:
-            os.close(self._lock_fd)
-            raise
         self.sender = Sender(
             self,
             client,
@@ -166,13 +163,10 @@ class Spool:
             self._fd = spooldisk.open_file(self.path, os.O_RDWR | os.O_APPEND)
         except FileNotFoundError:
             self._fd = spoolfile.create(self.path, uuid.uuid4().hex[:16])
-        try:
+        with spooldisk.closed_on_error(self._fd):
             image = spoolfile.scan_fd(self._fd, str(self.path))
             if image.torn_bytes:
                 self._drop_tail(image)
-        except BaseException:
-            os.close(self._fd)
-            raise
         self.spool_id = image.spool_id
         self._next_seq = image.next_seq
         self._durable_seq = image.next_seq - 1

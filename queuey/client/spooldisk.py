@@ -21,10 +21,12 @@ often is); only the files' own names are never followed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -76,17 +78,24 @@ def open_file(path: Path | str, flags: int, *, keep_mode: bool = False) -> int:
         if exc.errno == errno.ELOOP:
             raise _refused(path, LINK) from None
         raise
-    try:
+    with closed_on_error(fd):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise _refused(path, "not a regular file", errno.EINVAL)
         mode = stat.S_IMODE(info.st_mode)
         if not keep_mode and mode != MODE and info.st_uid == os.geteuid():
             os.fchmod(fd, MODE)
+    return fd
+
+
+@contextlib.contextmanager
+def closed_on_error(fd: int) -> Iterator[int]:
+    """Close the descriptor ``fd`` when the block raises, and let the error through."""
+    try:
+        yield fd
     except BaseException:
         os.close(fd)
         raise
-    return fd
 
 
 def open_temporary(path: Path) -> int:
@@ -99,11 +108,8 @@ def open_temporary(path: Path) -> int:
     except FileNotFoundError:
         pass
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | SAFE, MODE)
-    try:
+    with closed_on_error(fd):
         os.fchmod(fd, MODE)  # the umask may have taken bits away
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 

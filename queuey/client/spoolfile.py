@@ -265,13 +265,9 @@ def scan_fd(fd: int, path: str | None = None) -> SpoolImage:
     except ValueError as exc:
         raise BadSpoolFile(f"header record: {exc}", path=path, offset=len(MAGIC)) from exc
     image = SpoolImage(
-        spool_id=info["spool_id"],
-        first_seq=info["first_seq"],
+        **info,  # spool_id, first_seq and the totals
         next_seq=info["first_seq"],
         pending={},
-        sent=info["sent"],
-        rejected=info["rejected"],
-        torn=info["torn"],
         end=len(MAGIC) + FRAME.size + len(first[2]),
         torn_bytes=0,
         dead_bytes=FRAME.size + len(first[2]),
@@ -360,7 +356,7 @@ def _replace(
     tmp = spooldisk.sidecar(path, suffix)
     fd = spooldisk.open_temporary(tmp)
     offsets: dict[int, int] = {}
-    try:
+    with spooldisk.closed_on_error(fd):
         spooldisk.write_all(fd, head)
         position = len(head)
         for run in _runs(pending):
@@ -371,9 +367,6 @@ def _replace(
             position += stop - start
         os.fsync(fd)
         os.replace(tmp, path)
-    except BaseException:
-        os.close(fd)
-        raise
     spooldisk.sync_directory(path.parent)
     return offsets, fd
 

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from queuey.client import spooldisk, spoolfile
@@ -64,32 +64,25 @@ def is_permanent(exc: ClientError) -> bool:
     return status is not None and 400 <= status < 500 and status not in TRANSIENT
 
 
+@dataclass(eq=False)
 class Sender:
-    """One background thread per :class:`~queuey.client.spool.Spool` (see the module doc)."""
+    """One background thread per :class:`~queuey.client.spool.Spool` (see the
+    module doc), with the spool's settings of the same names."""
 
-    def __init__(
-        self,
-        spool: Any,
-        client: Any,
-        *,
-        batch_messages: int,
-        batch_bytes: int,
-        linger: float,
-        backoff: float,
-        max_backoff: float,
-        on_reject: Callable[[Rejected], None] | None,
-        pause: Callable[[float], None] | None,
-    ) -> None:
-        self.spool = spool
-        self.client = client
-        self.batch_messages = batch_messages
-        self.batch_bytes = batch_bytes
-        self.linger = linger
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.on_reject = on_reject
+    spool: Any
+    client: Any
+    _: KW_ONLY
+    batch_messages: int
+    batch_bytes: int
+    linger: float
+    backoff: float
+    max_backoff: float
+    on_reject: Callable[[Rejected], None] | None
+    pause: Callable[[float], None] | None
+
+    def __post_init__(self) -> None:
         self._stop = threading.Event()
-        self._pause = pause or self._stop.wait
+        self._pause = self.pause or self._stop.wait
         self._thread: threading.Thread | None = None
         self._acks: deque[tuple[float, int]] = deque()
         self._limits: dict[str, int] = {}

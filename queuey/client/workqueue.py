@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queuey.client.models import (
+    HostCalls,
     QueueStats,
     ReceiptResult,
     RedriveResult,
@@ -37,17 +38,8 @@ from queuey.wire import AckAnswer, ExtendAnswer, Record, ReleaseAnswer
 DEFAULT_SUBSCRIPTION = "default"
 
 
-class WorkQueueCalls:
-    """``reserve`` / ``ack`` / ``release`` / ``extend`` / ``stats`` / ``redrive``.
-
-    Needs the host class's ``_request(method, path, *, params, json,
-    repeatable, timeout)`` and ``timeout``.
-    """
-
-    timeout: float
-
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict:  # pragma: no cover
-        raise NotImplementedError
+class WorkQueueCalls(HostCalls):
+    """``reserve`` / ``ack`` / ``release`` / ``extend`` / ``stats`` / ``redrive``."""
 
     def reserve(
         self,

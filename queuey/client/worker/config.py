@@ -48,22 +48,20 @@ PARTITIONS_ONLY = {
 }
 
 
-def _mode(value: str) -> str:
-    if value not in MODES:
-        raise ValueError(f"must be one of {', '.join(MODES)}")
-    return value
+def _kept(test: Callable[[str], bool], why: str) -> Callable[[str], str]:
+    """A parser keeping a text that passes ``test``; ``ValueError(why)`` otherwise."""
+
+    def parse(value: str) -> str:
+        if not test(value):
+            raise ValueError(why)
+        return value
+
+    return parse
 
 
-def _spec(value: str) -> str:
-    if ":" not in value:
-        raise ValueError("must be module:function")
-    return value
-
-
-def _failure_queue(value: str) -> str:
-    if "{queue}" not in value:
-        raise ValueError("must contain {queue}")
-    return value
+_mode = _kept(lambda value: value in MODES, f"must be one of {', '.join(MODES)}")
+_spec = _kept(lambda value: ":" in value, "must be module:function")
+_failure_queue = _kept(lambda value: "{queue}" in value, "must contain {queue}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +173,9 @@ class Runner:
 
     config: WorkerConfig
     _stop: threading.Event
+    _clients: list[QueueyClient]
+    #: Makes the clients :meth:`_own_client` hands out (None: :meth:`_client`).
+    _client_factory: Callable[[], QueueyClient] | None = None
 
     @classmethod
     def from_ini(cls, path: str | Path, **kwargs: Any) -> Any:
@@ -191,6 +192,12 @@ class Runner:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def _own_client(self) -> QueueyClient:
+        """A new client, this worker's own: closed when it stops."""
+        client = (self._client_factory or self._client)()
+        self._clients.append(client)
+        return client
 
     def _client(self, **extra: Any) -> QueueyClient:
         """A client of the service the config names (``extra``: more of its options)."""

@@ -41,18 +41,15 @@ class _Held:
     ends: float  # monotonic; the lease ends no later than this
 
 
+@dataclasses.dataclass(eq=False)
 class LeaseKeeper:
     """Keeps the leases of held receipts alive (see the module doc)."""
 
-    def __init__(
-        self,
-        client: QueueyClient,
-        subscription: str,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.subscription = subscription
-        self.clock = clock
+    client: QueueyClient
+    subscription: str
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self.extended = 0  # leases renewed
         self.lost = 0  # leases the server said were gone
         self._held: dict[str, _Held] = {}

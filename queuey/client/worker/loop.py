@@ -78,10 +78,6 @@ LOST = -1
 FAILED = -2
 
 
-class _Stopped(Exception):
-    """A retry wait ended because the lease or the worker stopped."""
-
-
 class _Unfinished(Exception):
     """A message kept failing and its failure could not be recorded."""
 
@@ -126,6 +122,7 @@ class Worker(Runner):
         self.group = group or ConsumerGroup(
             config.zookeeper_hosts,
             config.group,
+            # The discovery thread gets a client (and a connection pool) of its own.
             QueueDiscovery(self._own_client(), config.queues, config.exclude),
             root=config.zookeeper_root,
             session_timeout=config.session_timeout,
@@ -141,15 +138,6 @@ class Worker(Runner):
         self.failures = FailureQueues(
             self.client, config.failure_queue, config.group, self.group.member_id
         )
-
-    def _own_client(self) -> QueueyClient:
-        """A client this worker made, closed when it stops.
-
-        The group's discovery thread gets one (and a connection pool) of its own.
-        """
-        client = self._client()
-        self._clients.append(client)
-        return client
 
     # ---------------------------------------------------------- control
 
@@ -215,18 +203,22 @@ class Worker(Runner):
         else:
             timeout = self.config.idle_max_backoff
         if timeout > 0:
-            self._wait(min(timeout, self.config.idle_max_backoff))
+            # Woken early by an ownership change, as by a stop request.
+            timeout = min(timeout, self.config.idle_max_backoff)
+            self._sleep(timeout, lambda left: self.group.wait_for_change(min(left, 0.25)))
 
-    def _wait(self, timeout: float) -> None:
-        """Sleep, waking early for a stop request or an ownership change."""
-        deadline = time.monotonic() + timeout
-        while not self._stop.is_set():
+    def _sleep(
+        self, seconds: float, nap: Callable[[float], Any], going: Callable[[], bool] = lambda: True
+    ) -> bool:
+        """Sleep ``seconds`` in naps (``nap(seconds left)``); True once they
+        passed, False as soon as the worker stops or ``going()`` turns false."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and going():
             left = deadline - time.monotonic()
             if left <= 0:
-                return
-            self.group.wait_for_change(min(left, 0.25))
-            if self._stop.is_set():
-                return
+                return True
+            nap(left)
+        return False
 
     # ------------------------------------------------------------ batch
 
@@ -320,9 +312,7 @@ class Worker(Runner):
                     delay,
                 )
                 self.stats.retries += 1
-                try:
-                    self._sleep_while_valid(lease, delay)
-                except _Stopped:
+                if not self._sleep_while_valid(lease, delay):
                     return False
             else:
                 return True
@@ -344,9 +334,7 @@ class Worker(Runner):
                     )
                     break
                 self.stats.retries += 1
-                try:
-                    self._sleep_while_valid(lease, self._retry_delay(attempt))
-                except _Stopped:
+                if not self._sleep_while_valid(lease, self._retry_delay(attempt)):
                     return
             else:
                 batch.done = len(messages)
@@ -370,15 +358,9 @@ class Worker(Runner):
         ceiling = min(self.config.retry_max_backoff, self.config.retry_backoff * 2 ** (attempt - 1))
         return ceiling * random.uniform(0.5, 1.0)
 
-    def _sleep_while_valid(self, lease: PartitionLease, delay: float) -> None:
-        deadline = time.monotonic() + delay
-        while True:
-            if self._stop.is_set() or not lease.valid():
-                raise _Stopped
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._stop.wait(min(left, 0.1))
+    def _sleep_while_valid(self, lease: PartitionLease, delay: float) -> bool:
+        """Wait ``delay`` before a retry; False if the lease or the worker stopped."""
+        return self._sleep(delay, lambda left: self._stop.wait(min(left, 0.1)), lease.valid)
 
     # ---------------------------------------------------------- failure
 

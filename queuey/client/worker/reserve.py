@@ -123,22 +123,14 @@ class ReserveWorker(Runner):
         self.job, self.context = load_user_code(config, job, context)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.clock = clock
-        self._client_factory = client_factory or self._default_client
+        self._client_factory = client_factory
         self._clients: list[QueueyClient] = []
-        self.keeper = LeaseKeeper(self._new_client(), config.subscription, clock=clock)
+        self.keeper = LeaseKeeper(self._own_client(), config.subscription, clock=clock)
         self.stats = ReserveStats()
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._timeouts: dict[str, tuple[int, float]] = {}  # queue -> (seconds, read at)
         self._timeouts_lock = threading.Lock()
-
-    def _default_client(self) -> QueueyClient:
-        return self._client()
-
-    def _new_client(self) -> QueueyClient:
-        client = self._client_factory()
-        self._clients.append(client)
-        return client
 
     # ---------------------------------------------------------------- control
 
@@ -156,7 +148,7 @@ class ReserveWorker(Runner):
         self.keeper.start()
         threads = [
             threading.Thread(
-                target=self._consume, args=(self._new_client(), n), name=f"{self.name}-{n}"
+                target=self._consume, args=(self._own_client(), n), name=f"{self.name}-{n}"
             )
             for n in range(config.concurrency)
         ]
