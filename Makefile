@@ -47,14 +47,12 @@ serve: $(STAMP) ## run Queuey on the embedded SQLite store at http://127.0.0.1:5
 	$(VENV)/bin/queuey schema upgrade -c development.ini
 	$(VENV)/bin/pserve development.ini
 
-test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test on parallel workers (TEST_WORKERS=4), then those marked alone by themselves (the admin pages in headless Chromium too), stop them (even on failure)
+test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test on parallel workers (TEST_WORKERS=4; the admin pages in headless Chromium too), stop them (even on failure)
 	@set -u; status=0; \
 	trap '$(HARNESS) stop-all' EXIT; \
 	$(HARNESS) cassandra start && $(HARNESS) zookeeper start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
-		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) -m "not alone" $(PYTEST_ARGS) || status=$$?; \
-		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -p no:xdist -m alone $(PYTEST_ARGS); \
-		alone=$$?; if [ $$alone -ne 0 ] && [ $$alone -ne 5 ]; then status=$$alone; fi; \
+		PYSPARK_PYTHON=$(CURDIR)/$(PY) $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS) || status=$$?; \
 	fi; \
 	exit $$status
 

@@ -55,11 +55,7 @@ from tests.faults.work_queue_support import (
 )
 from tests.support import server_settings, wait_until
 
-# Alone: a frozen owner's takeover is timed against its term (4 s); beside the
-# parallel suite's load (3-node cluster, Spark, at load 17 on 2 cores) a run
-# left leases answered on waking undelivered past its 60 s drain (see
-# docs/development.rst, "Parallel runs").
-pytestmark = [pytest.mark.cassandra, pytest.mark.slow, pytest.mark.alone]
+pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 
 TERM = 4  # queuey.cassandra.owner_term, seconds (3 at least)
 PARTITIONS = 8
