@@ -79,15 +79,12 @@ def post_batch(request):
 def read_messages(request):
     meta = request.context.meta
     params = validate(request.models.read, query(request), meta.partitions)
-    partitions = (
-        list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
-    )
     now = request.clock.now_micros()
     delay = request.services.settings.read_delay_micros
     messages = request.storage.read_messages(
         meta,
         ReadQuery(
-            partitions=partitions or meta.partition_numbers,
+            partitions=params.partitions or meta.partition_numbers,
             now_micros=now,
             limit=params.limit,
             order=params.order,

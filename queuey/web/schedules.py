@@ -33,11 +33,9 @@ from queuey.model.schedules import (
     MIN_INTERVAL,
     NAME_PATTERN,
 )
-from queuey.web.params import InvalidParameters, json_body, validate
+from queuey.web.params import json_body, path_param, validate
 from queuey.web.responses import ok
 from queuey.web.schemas import QUEUE_REF_PATTERN, Boolean, Integer, Model
-
-_NAME = re.compile(NAME_PATTERN)
 
 #: What a schedule's create body may be rejected for although its shape is
 #: right (the queue's state, the cron grammar, zone names, rules across
@@ -129,20 +127,12 @@ class CreateSchedule(Model):
     paused: Boolean = False
 
 
-def _name(request) -> str:
-    name = request.matchdict["schedule"]
-    if not _NAME.fullmatch(name):
-        raise InvalidParameters({"schedule": "must be 1 to 64 letters, digits, '_' or '-'"})
-    return name
-
-
 def _application(request) -> str:
     return request.identity.application.name
 
 
 def create_schedule(request):
-    body = json_body(request)
-    params = validate(CreateSchedule, body)
+    params = validate(CreateSchedule, json_body(request))
     made = request.services.schedules.create(
         _application(request), params.model_dump(exclude_none=True)
     )
@@ -155,15 +145,16 @@ def list_schedules(request):
 
 
 def get_schedule(request):
-    return ok(**request.services.schedules.get(_application(request), _name(request)).to_json())
+    found = request.services.schedules.get(_application(request), path_param(request, "schedule"))
+    return ok(**found.to_json())
 
 
 def delete_schedule(request):
-    request.services.schedules.delete(_application(request), _name(request))
+    request.services.schedules.delete(_application(request), path_param(request, "schedule"))
     return ok()
 
 
 def pause_or_resume(request):
     schedules = request.services.schedules
     change = schedules.pause if request.matched_route.name.endswith("_pause") else schedules.resume
-    return ok(**change(_application(request), _name(request)).to_json())
+    return ok(**change(_application(request), path_param(request, "schedule")).to_json())

@@ -105,20 +105,21 @@ def _partition_in_queue(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
-def _partitions_in_queue(value: str | None, info: ValidationInfo) -> str | None:
+def _partitions_in_queue(value: str, info: ValidationInfo) -> list[int]:
     count = _queue_partitions(info)
-    if value is not None and count is not None:
-        for number in map(int, value.split(",")):
-            if number > count:
-                raise PydanticCustomError(
-                    "partition",
-                    "partition {number} is not between 1 and {count}",
-                    {"number": number, "count": count},
-                )
-    return value
+    numbers = list(dict.fromkeys(map(int, value.split(","))))
+    for number in numbers:
+        if count is not None and number > count:
+            raise PydanticCustomError(
+                "partition",
+                "partition {number} is not between 1 and {count}",
+                {"number": number, "count": count},
+            )
+    return numbers
 
 
-#: A comma list of partition numbers of the queue the request names.
+#: A comma list of partition numbers of the queue the request names, read as
+#: the list of those numbers (each once, in the order given).
 PartitionList = Annotated[
     Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
     AfterValidator(_partitions_in_queue),
