@@ -26,7 +26,6 @@ from queuey.core.cron import (
     ZONE_PATTERN,
 )
 from queuey.core.messages import MAX_PRIORITY
-from queuey.limits import MAX_ATTRIBUTE_NAME, MAX_ATTRIBUTE_VALUE, MAX_PARTITION_KEY
 from queuey.model.schedules import (
     MAX_INTERVAL,
     MAX_TEMPLATE_ATTRIBUTES,
@@ -35,7 +34,7 @@ from queuey.model.schedules import (
 )
 from queuey.web.params import json_body, path_param, validate
 from queuey.web.responses import ok
-from queuey.web.schemas import QUEUE_REF_PATTERN, Boolean, Integer, Model
+from queuey.web.schemas import QUEUE_REF_PATTERN, Attributes, Boolean, Integer, Model, PartitionKey
 
 #: What a schedule's create body may be rejected for although its shape is
 #: right (the queue's state, the cron grammar, zone names, rules across
@@ -64,19 +63,13 @@ SCHEDULE_RULES_UNSTATED = (
 class ScheduleMessage(Model):
     body: dict[str, Any] = Field(description="the message posted at each tick")
     partition: Integer(1, 999, description="1..the queue's partitions; default random") = None
-    partition_key: Annotated[str, StringConstraints(max_length=MAX_PARTITION_KEY)] = Field(
-        None, description="hashed to a partition"
-    )
+    partition_key: PartitionKey = Field(None, description="hashed to a partition")
     ttl: Integer(1, 2**31 - 1, description="seconds, at most queuey.max_ttl") = None
     delay: Integer(0, 2**31 - 1, description="seconds before delivery, at most the ttl") = None
     priority: Integer(0, MAX_PRIORITY, description="0-9, higher is reserved first") = None
-    attributes: Annotated[
-        dict[
-            Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
-            Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
-        ],
-        Field(max_length=MAX_TEMPLATE_ATTRIBUTES),
-    ] = Field(None, description="each tick adds schedule.name and schedule.tick")
+    attributes: Attributes(MAX_TEMPLATE_ATTRIBUTES) = Field(
+        None, description="each tick adds schedule.name and schedule.tick"
+    )
 
 
 def _instant(value: Any) -> Any:

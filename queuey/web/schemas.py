@@ -145,13 +145,19 @@ Subscription = Annotated[
     Field(description="a named work-queue consumer of the queue"),
 ]
 DedupId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DEDUP_ID)]
-Attributes = Annotated[
-    dict[
-        Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
-        Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
-    ],
-    Field(max_length=MAX_ATTRIBUTES),
-]
+
+
+def Attributes(most: int) -> Any:  # noqa: N802 - a type factory
+    """Message attributes: at most ``most`` names, each with its value."""
+    return Annotated[
+        dict[
+            Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
+            Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
+        ],
+        Field(max_length=most),
+    ]
+
+
 ReceiptText = Annotated[
     str,
     StringConstraints(max_length=MAX_RECEIPT_TEXT),
@@ -226,7 +232,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
             json_schema_extra={"not": {"required": ["partition", "partition_key"]}}
         )
         body: dict[str, Any]
-        attributes: Attributes = Field(None, description="returned on reads")
+        attributes: Attributes(MAX_ATTRIBUTES) = Field(None, description="returned on reads")
 
     class Batch(Model):
         messages: list[BatchEntry] = Field(min_length=1)
