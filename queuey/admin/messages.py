@@ -93,10 +93,10 @@ def post_message(request):
         request.response.status = exc.status
         if exc.retry_after:
             request.response.headers["Retry-After"] = str(exc.retry_after)
-        return queue_page(request, meta, post=form, post_errors={exc.field: str(exc)})
+        return queue_page(request, post=form, post_errors={exc.field: str(exc)})
     else:
         request.services.overview.refresh(meta)
         said = f"Posted message {stored.id.hex} to partition {stored.partition}."
         return done(request, said, "admin.queue", name=meta.name)
     request.response.status = 400
-    return queue_page(request, meta, post=form, post_errors=errors)
+    return queue_page(request, post=form, post_errors=errors)

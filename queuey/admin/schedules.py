@@ -86,6 +86,7 @@ def form_field(key: str) -> str:
     return key.removeprefix("message.").removeprefix("message").lstrip(".") or "body"
 
 
+@admin_view("admin.schedules", template="schedules")
 def page(request, values=None, errors=None, status: int = 200):
     """The page's values: every schedule, and the create form (kept when refused)."""
     app = application_name(request)
@@ -107,11 +108,6 @@ def missing(request, name: str):
     return refusal_page(request, ScheduleNotFound(name if len(name) <= 64 else name[:64] + "..."))
 
 
-@admin_view("admin.schedules", template="schedules")
-def schedule_list(request):
-    return page(request)
-
-
 @admin_view("admin.schedules", "POST", "schedules")
 def create_schedule(request):
     form = {name: request.admin_form.get(name, "") for name in (*SCHEDULE_FIELDS, *MESSAGE_FIELDS)}
@@ -120,10 +116,9 @@ def create_schedule(request):
         return page(request, form, errors, status=400)
     try:
         schedule = request.services.schedules.create(application_name(request), fields)
-    except InvalidFields as exc:
-        return page(request, form, {form_field(k): v for k, v in exc.errors.items()}, status=400)
-    except ScheduleExists as exc:
-        return page(request, form, exc.errors_by_field(), status=exc.status)
+    except (InvalidFields, ScheduleExists) as exc:  # 400, 409
+        errors = {form_field(k): v for k, v in exc.errors_by_field().items()}
+        return page(request, form, errors, status=exc.status)
     except TooManySchedules as exc:
         return page(request, form, {"name": str(exc)}, status=exc.status)
     return done(request, f"Created schedule {schedule.name}.", "admin.schedules")
