@@ -125,16 +125,17 @@ def create_schedule(request):
 
 
 def one_schedule(view):
-    """A view of the schedule the path names, called as ``view(request, name)``:
-    a name no schedule can have, or no schedule of that name, is the 404 page."""
+    """A view of the schedule the path names, called as ``view(request, name,
+    **given)``: a name no schedule can have, or no schedule of that name, is
+    the 404 page."""
 
     @functools.wraps(view)
-    def named(request):
+    def named(request, **given):
         name = request.matchdict["schedule"]
         if not NAME.match(name):
             return missing(request, name)
         try:
-            return view(request, name)
+            return view(request, name, **given)
         except ScheduleNotFound:
             return missing(request, name)
 
@@ -157,22 +158,18 @@ def pause_or_resume(request, name: str):
     return done(request, said, "admin.schedules")
 
 
-def confirm_page(request, name: str, error: str | None = None, status: int = 200):
+@admin_view("admin.schedule_delete", template="schedules")
+@one_schedule
+def confirm_delete(request, name: str, error: str | None = None, status: int = 200):
     schedule = request.services.schedules.get(application_name(request), name)
     request.response.status = status
     return {"confirm": schedule, "error": error}
-
-
-@admin_view("admin.schedule_delete", template="schedules")
-@one_schedule
-def confirm_delete(request, name: str):
-    return confirm_page(request, name)
 
 
 @admin_view("admin.schedule_delete", "POST", "schedules")
 @one_schedule
 def delete_schedule(request, name: str):
     if request.admin_form.get("confirm", "") != name:
-        return confirm_page(request, name, "Type the schedule's name to confirm.", status=400)
+        return confirm_delete(request, error="Type the schedule's name to confirm.", status=400)
     request.services.schedules.delete(application_name(request), name)
     return done(request, f"Deleted schedule {name}.", "admin.schedules")

@@ -128,16 +128,18 @@ def _responses(operation: Operation) -> dict[str, Any]:
     return responses
 
 
-def _body(body: Body, models: Models, components: dict[str, Any]) -> dict[str, Any]:
-    """Form bodies are optional (their fields may come in the query string)."""
+def _body(body: Body | None, models: Models, components: dict[str, Any]) -> dict[str, Any]:
+    """An operation's ``requestBody``, if it takes one. Form bodies are
+    optional (their fields may come in the query string)."""
+    if body is None:
+        return {}
     if body.model is None:
-        return {"required": True, "content": _json({"type": "object"})}
+        return {"requestBody": {"required": True, "content": _json({"type": "object"})}}
     schema = _schema(_model(body.model, models), components)
     if body.form:
-        return {
-            "content": {**_json(schema), "application/x-www-form-urlencoded": {"schema": schema}}
-        }
-    return {"required": True, "content": _json(schema)}
+        form = {"application/x-www-form-urlencoded": {"schema": schema}}
+        return {"requestBody": {"content": {**_json(schema), **form}}}
+    return {"requestBody": {"required": True, "content": _json(schema)}}
 
 
 def _model(ref: ModelRef, models: Models) -> type[BaseModel]:
@@ -157,11 +159,7 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
         described.setdefault(path, {})[operation.method] = {
             "summary": operation.summary,
             "parameters": parameters,
-            **(
-                {}
-                if operation.body is None
-                else {"requestBody": _body(operation.body, models, components)}
-            ),
+            **_body(operation.body, models, components),
             "responses": _responses(operation),
         }
     return described
