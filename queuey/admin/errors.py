@@ -24,6 +24,7 @@ from pyramid.renderers import render_to_response
 
 from queuey.core.refusals import FlowRefused
 from queuey.errors import Catalogued, StorageUnavailable
+from queuey.web.errors import log_unhandled
 from queuey.web.security import Refused
 
 log = logging.getLogger(__name__)
@@ -156,14 +157,7 @@ def admin_error(exc, request):
         if exc.code < 400:
             return exc
         return error_page(request, exc.code, exc.title, exc.explanation or exc.title)
-    log.error(
-        "unhandled %s on admin %s %s: %s",
-        type(exc).__name__,
-        request.method,
-        request.environ.get("PATH_INFO", ""),
-        exc,
-        exc_info=exc,
-    )
+    log_unhandled(log, exc, request, "admin ")
     return error_page(request, 500, "Internal error", "Something went wrong; it has been logged.")
 
 

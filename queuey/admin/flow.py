@@ -102,7 +102,7 @@ def change_limits(request):
         shown = {key: form.get(key, "") for key in form if key.startswith("shown.")}
         values = {f.name: form.get(f.name, "").strip() for f in limits_of(resource)}
         values["subscription"] = form.get("subscription", "").strip()
-        return queue_page(request, meta, flow_form={**shown, **values}, flow_errors=exc.errors)
+        return queue_page(request, flow_form={**shown, **values}, flow_errors=exc.errors)
     whose = f"subscription {subscription}" if subscription else f"queue {meta.name}"
     if given:
         return _back(request, f"Changed the flow limits of {whose}: {', '.join(sorted(given))}.")

@@ -5,7 +5,7 @@ every admin view uses: its declaration, its form's fields and its answer."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from pyramid.events import BeforeRender
@@ -34,10 +34,7 @@ def age(seconds: float | None) -> str:
 
 def when(micros: int | None) -> str:
     """A timestamp in UTC to the second, ISO-like (``-`` for none)."""
-    if micros is None:
-        return "-"
-    moment = datetime.fromtimestamp(micros / MICROS, UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if micros is None else zoned(micros / MICROS, "UTC")
 
 
 def epoch(seconds: float | None) -> str:

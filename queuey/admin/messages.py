@@ -19,7 +19,6 @@ from queuey.admin.helpers import admin_view, done, filled
 from queuey.admin.queues import queue_page
 from queuey.core.flow import FlowRefused
 from queuey.core.messages import InvalidFields, InvalidMessage
-from queuey.model import ReadQuery
 from queuey.placement import random_partition
 from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate
 from queuey.web.responses import timestamp_json
@@ -32,24 +31,12 @@ PLACEMENT_FIELDS = ("partition", "partition_key", "ttl", "delay", "priority", "d
 
 def read_page(request, meta, before: str | None, limit: int = PAGE):
     """The newest ``limit`` readable messages older than ``before`` (seconds)."""
-    now = request.clock.now_micros()
-    delay = request.services.settings.read_delay_micros
-    until = now - delay if delay else None
-    if before:
-        try:
-            cursor = ids.parse_seconds(before)
-        except ValueError:
-            raise InvalidParameters({"before": "must be seconds since the epoch"}) from None
-        until = cursor if until is None else min(until, cursor)
-    return request.storage.read_messages(
-        meta,
-        ReadQuery(
-            partitions=meta.partition_numbers,
-            now_micros=now,
-            limit=limit,
-            order="descending",
-            until_micros=until,
-        ),
+    try:
+        until = ids.parse_seconds(before) if before else None
+    except ValueError:
+        raise InvalidParameters({"before": "must be seconds since the epoch"}) from None
+    return request.services.workqueues.read(
+        meta, until, partitions=meta.partition_numbers, limit=limit
     )
 
 
@@ -93,10 +80,10 @@ def post_message(request):
         request.response.status = exc.status
         if exc.retry_after:
             request.response.headers["Retry-After"] = str(exc.retry_after)
-        return queue_page(request, meta, post=form, post_errors={exc.field: str(exc)})
+        return queue_page(request, post=form, post_errors={exc.field: str(exc)})
     else:
         request.services.overview.refresh(meta)
         said = f"Posted message {stored.id.hex} to partition {stored.partition}."
         return done(request, said, "admin.queue", name=meta.name)
     request.response.status = 400
-    return queue_page(request, meta, post=form, post_errors=errors)
+    return queue_page(request, post=form, post_errors=errors)

@@ -106,7 +106,9 @@ def queue_list(request):
     }
 
 
-def _new_queue_form(request, values=None, errors=None):
+@admin_view("admin.new_queue", template="queue_new")
+def new_queue_form(request, values=None, errors=None):
+    """The create form (kept with its errors when refused)."""
     model_fields = request.models.create_queue.model_fields
     defaults = {
         name: ("" if model_fields[name].default is None else str(model_fields[name].default))
@@ -120,11 +122,6 @@ def _new_queue_form(request, values=None, errors=None):
     }
 
 
-@admin_view("admin.new_queue", template="queue_new")
-def new_queue_form(request):
-    return _new_queue_form(request)
-
-
 @admin_view("admin.new_queue", "POST", "queue_new")
 def create_queue(request):
     given = filled(request, QUEUE_FIELDS)
@@ -134,14 +131,16 @@ def create_queue(request):
         meta = request.services.queues.create(queue_from(params, application_name(request), now))
     except (InvalidParameters, InvalidQueue, QueueExists) as exc:  # 400, 400, 409
         request.response.status = exc.status
-        return _new_queue_form(request, given, exc.errors_by_field())
+        return new_queue_form(request, given, exc.errors_by_field())
     request.services.overview.refresh(meta)
     return done(request, f"Created queue {meta.name}.", "admin.queue", name=meta.name)
 
 
-def queue_page(request, meta: QueueMeta, **extra):
+@admin_view("admin.queue", template="queue")
+def queue_page(request, **extra):
     """The values of a queue's page (``extra``: a post form's or a flow
     form's values and errors: ``post``/``post_errors``, ``flow_form``/``flow_errors``)."""
+    meta = request.context.meta
     overview = request.services.overview
     figures = figures_of(request, meta)
     history = overview.history(meta.application, meta.name)
@@ -170,11 +169,6 @@ def queue_page(request, meta: QueueMeta, **extra):
     }
 
 
-@admin_view("admin.queue", template="queue")
-def queue_detail(request):
-    return queue_page(request, request.context.meta)
-
-
 @admin_view("admin.measure", "POST")
 def measure(request):
     meta = request.context.meta
@@ -182,15 +176,12 @@ def measure(request):
     return HTTPSeeOther(location=request.route_path("admin.queue", name=meta.name))
 
 
-def _confirm(request, action: str, error: str | None = None):
-    meta = request.context.meta
-    return {"meta": meta, "figures": figures_of(request, meta), "action": action, "error": error}
-
-
 @admin_view("admin.purge", template="confirm")
 @admin_view("admin.delete", template="confirm")
-def confirm_form(request):
-    return _confirm(request, request.matched_route.name.removeprefix("admin."))
+def confirm_form(request, error: str | None = None):
+    meta = request.context.meta
+    action = request.matched_route.name.removeprefix("admin.")
+    return {"meta": meta, "figures": figures_of(request, meta), "action": action, "error": error}
 
 
 @admin_view("admin.purge", "POST", "confirm")
@@ -200,7 +191,7 @@ def purge_or_delete(request):
     action = request.matched_route.name.removeprefix("admin.")
     if request.admin_form.get("confirm", "") != meta.name:
         request.response.status = 400
-        return _confirm(request, action, "Type the queue's name to confirm.")
+        return confirm_form(request, "Type the queue's name to confirm.")
     queues, overview = request.services.queues, request.services.overview
     if action == "purge":
         queues.purge(meta)

@@ -86,6 +86,7 @@ def form_field(key: str) -> str:
     return key.removeprefix("message.").removeprefix("message").lstrip(".") or "body"
 
 
+@admin_view("admin.schedules", template="schedules")
 def page(request, values=None, errors=None, status: int = 200):
     """The page's values: every schedule, and the create form (kept when refused)."""
     app = application_name(request)
@@ -107,11 +108,6 @@ def missing(request, name: str):
     return refusal_page(request, ScheduleNotFound(name if len(name) <= 64 else name[:64] + "..."))
 
 
-@admin_view("admin.schedules", template="schedules")
-def schedule_list(request):
-    return page(request)
-
-
 @admin_view("admin.schedules", "POST", "schedules")
 def create_schedule(request):
     form = {name: request.admin_form.get(name, "") for name in (*SCHEDULE_FIELDS, *MESSAGE_FIELDS)}
@@ -120,26 +116,26 @@ def create_schedule(request):
         return page(request, form, errors, status=400)
     try:
         schedule = request.services.schedules.create(application_name(request), fields)
-    except InvalidFields as exc:
-        return page(request, form, {form_field(k): v for k, v in exc.errors.items()}, status=400)
-    except ScheduleExists as exc:
-        return page(request, form, exc.errors_by_field(), status=exc.status)
+    except (InvalidFields, ScheduleExists) as exc:  # 400, 409
+        errors = {form_field(k): v for k, v in exc.errors_by_field().items()}
+        return page(request, form, errors, status=exc.status)
     except TooManySchedules as exc:
         return page(request, form, {"name": str(exc)}, status=exc.status)
     return done(request, f"Created schedule {schedule.name}.", "admin.schedules")
 
 
 def one_schedule(view):
-    """A view of the schedule the path names, called as ``view(request, name)``:
-    a name no schedule can have, or no schedule of that name, is the 404 page."""
+    """A view of the schedule the path names, called as ``view(request, name,
+    **given)``: a name no schedule can have, or no schedule of that name, is
+    the 404 page."""
 
     @functools.wraps(view)
-    def named(request):
+    def named(request, **given):
         name = request.matchdict["schedule"]
         if not NAME.match(name):
             return missing(request, name)
         try:
-            return view(request, name)
+            return view(request, name, **given)
         except ScheduleNotFound:
             return missing(request, name)
 
@@ -162,22 +158,18 @@ def pause_or_resume(request, name: str):
     return done(request, said, "admin.schedules")
 
 
-def confirm_page(request, name: str, error: str | None = None, status: int = 200):
+@admin_view("admin.schedule_delete", template="schedules")
+@one_schedule
+def confirm_delete(request, name: str, error: str | None = None, status: int = 200):
     schedule = request.services.schedules.get(application_name(request), name)
     request.response.status = status
     return {"confirm": schedule, "error": error}
-
-
-@admin_view("admin.schedule_delete", template="schedules")
-@one_schedule
-def confirm_delete(request, name: str):
-    return confirm_page(request, name)
 
 
 @admin_view("admin.schedule_delete", "POST", "schedules")
 @one_schedule
 def delete_schedule(request, name: str):
     if request.admin_form.get("confirm", "") != name:
-        return confirm_page(request, name, "Type the schedule's name to confirm.", status=400)
+        return confirm_delete(request, error="Type the schedule's name to confirm.", status=400)
     request.services.schedules.delete(application_name(request), name)
     return done(request, f"Deleted schedule {name}.", "admin.schedules")

@@ -29,6 +29,7 @@ from queuey.model.schedules import (
     MIN_INTERVAL,
     MISSED_POLICIES,
     NAME,
+    NAME_WORDS,
     Schedule,
     check_template,
     is_integer,
@@ -122,7 +123,7 @@ class Schedules(TickFiring):
         now = self._now()
         name = fields.get("name")
         if not isinstance(name, str) or not NAME.match(name):
-            errors["name"] = "must be 1 to 64 letters, digits, '_' or '-'"
+            errors["name"] = NAME_WORDS
         queue = fields.get("queue")
         meta = None
         if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_QUEUE_NAME:

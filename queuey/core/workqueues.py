@@ -101,7 +101,7 @@ def redrive_dedup_id(source_queue: str, message_id: str) -> str:
 
 
 class WorkQueues:
-    """Post, reserve, ack, release, extend, stats and redrive for one storage.
+    """Post, read, reserve, ack, release, extend, stats and redrive for one storage.
 
     ``read_delay_micros`` is the service's read delay: a reservation never
     records its subscription as past a message younger than that (it could
@@ -264,6 +264,17 @@ class WorkQueues:
 
     def stats(self, queue: QueueMeta) -> QueueStats:
         return self.storage.stats(queue, self.clock.now_micros())
+
+    def read(self, queue: QueueMeta, until: int | None = None, **query) -> list[Message]:
+        """``queue``'s messages a read asks for (``query``: :class:`ReadQuery`'s
+        fields), none newer than the read delay allows (nor than ``until``)."""
+        now = self.clock.now_micros()
+        if self.read_delay_micros:
+            settled = now - self.read_delay_micros
+            until = settled if until is None else min(until, settled)
+        return self.storage.read_messages(
+            queue, ReadQuery(now_micros=now, until_micros=until, **query)
+        )
 
     # -- dead letters -----------------------------------------------------------
     def dead_letter_queue(self, queue: QueueMeta) -> QueueMeta:

@@ -21,6 +21,7 @@ from queuey.limits import MAX_ATTRIBUTE_NAME, MAX_ATTRIBUTE_VALUE, MAX_ATTRIBUTE
 #: A schedule's name: unique per application.
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 NAME = re.compile(NAME_PATTERN)
+NAME_WORDS = "must be 1 to 64 letters, digits, '_' or '-'"
 #: Longest and shortest ``interval``, seconds (a year).
 MIN_INTERVAL = 1
 MAX_INTERVAL = 31_536_000

@@ -7,16 +7,10 @@ ROUTES = [
     # name, pattern, factory (None: Pyramid's default context, never a public queue)
     ("queues", "/queue", None),
     ("queue", "/queue/{name}", _QUEUE),
-    ("queue_batch", "/queue/{name}/batch", _QUEUE),
-    ("queue_info", "/queue/{name}/info", _QUEUE),
-    ("queue_reserve", "/queue/{name}/reserve", _QUEUE),
-    ("queue_ack", "/queue/{name}/ack", _QUEUE),
-    ("queue_release", "/queue/{name}/release", _QUEUE),
-    ("queue_extend", "/queue/{name}/extend", _QUEUE),
-    ("queue_stats", "/queue/{name}/stats", _QUEUE),
-    ("queue_pause", "/queue/{name}/pause", _QUEUE),
-    ("queue_resume", "/queue/{name}/resume", _QUEUE),
-    ("queue_subscriptions", "/queue/{name}/subscriptions", _QUEUE),
+    *(
+        (f"queue_{page}", f"/queue/{{name}}/{page}", _QUEUE)
+        for page in "batch info reserve ack release extend stats pause resume subscriptions".split()
+    ),
     ("queue_subscription", "/queue/{name}/subscriptions/{subscription}", _QUEUE),
     ("queue_subscription_pause", "/queue/{name}/subscriptions/{subscription}/pause", _QUEUE),
     ("queue_subscription_resume", "/queue/{name}/subscriptions/{subscription}/resume", _QUEUE),

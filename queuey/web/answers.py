@@ -19,11 +19,9 @@ from queuey.model.flowfield import FlowField, Resource
 from queuey.web.schemas import Model
 from queuey.wire import QueueSettings, SubscriptionFilter
 
-_FLOW_TYPES = {"flag": bool, "rate": float, "count": int}
-
 
 def _flow_answer_field(field: FlowField) -> tuple[Any, Any]:
-    kind = Literal[field.values] if field.kind == "choice" else _FLOW_TYPES[field.kind]
+    kind = Literal[field.values] if field.kind == "choice" else type(field.default)
     if field.bucket_of:
         return kind, Field(description=f"the bucket's size (0 without {field.bucket_of})")
     return kind, Field(description=field.help)

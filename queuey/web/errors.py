@@ -85,14 +85,20 @@ def http_exception(exc: HTTPException, request):
     return error(exc.code, {"http": exc.title})
 
 
-@exception_view_config(Exception)
-def last_resort(exc, request):
-    log.error(
-        "unhandled %s on %s %s: %s",
+def log_unhandled(logger: logging.Logger, exc: Exception, request, where: str = "") -> None:
+    """Log what no other view answers, with its traceback (never in the answer)."""
+    logger.error(
+        "unhandled %s on %s%s %s: %s",
         type(exc).__name__,
+        where,
         request.method,
         request.environ.get("PATH_INFO", ""),
         exc,
         exc_info=exc,
     )
+
+
+@exception_view_config(Exception)
+def last_resort(exc, request):
+    log_unhandled(log, exc, request)
     return error(500, {"server": "internal error; it has been logged"})

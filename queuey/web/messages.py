@@ -7,7 +7,7 @@ from typing import Any
 from queuey import ids
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.limits import MAX_READ
-from queuey.model import MessageRef, NewMessage, QueueMeta, ReadQuery
+from queuey.model import MessageRef, NewMessage, QueueMeta
 from queuey.placement import random_partition
 from queuey.web.params import (
     InvalidParameters,
@@ -79,24 +79,13 @@ def post_batch(request):
 def read_messages(request):
     meta = request.context.meta
     params = validate(request.models.read, query(request), meta.partitions)
-    partitions = (
-        list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
-    )
-    now = request.clock.now_micros()
-    delay = request.services.settings.read_delay_micros
-    messages = request.storage.read_messages(
+    messages = request.services.workqueues.read(
         meta,
-        ReadQuery(
-            partitions=partitions or meta.partition_numbers,
-            now_micros=now,
-            limit=params.limit,
-            order=params.order,
-            after_id=ids.parse_message_id(params.since) if params.since else None,
-            after_micros=(
-                ids.parse_seconds(params.since_timestamp) if params.since_timestamp else None
-            ),
-            until_micros=now - delay if delay else None,
-        ),
+        partitions=params.partitions or meta.partition_numbers,
+        limit=params.limit,
+        order=params.order,
+        after_id=ids.parse_message_id(params.since) if params.since else None,
+        after_micros=ids.parse_seconds(params.since_timestamp) if params.since_timestamp else None,
     )
     request.metrics.messages_read(len(messages))
     return messages_response(messages)

@@ -100,44 +100,42 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _error(description: str, answer: str) -> dict[str, Any]:
-    return {"description": description, "content": _json({"$ref": REF.format(model=answer)})}
+def _answer(description: str, model: type[BaseModel]) -> dict[str, Any]:
+    ref = REF.format(model=model.__name__)
+    return {"description": description, "content": _json({"$ref": ref})}
 
 
 def _responses(operation: Operation) -> dict[str, Any]:
-    answer: dict[str, Any] = {"description": "success"}
     if isinstance(operation.answer, type):
-        answer["content"] = _json({"$ref": REF.format(model=operation.answer.__name__)})
+        responses = {str(operation.status): _answer("success", operation.answer)}
     else:
-        answer.update(operation.answer)
-    responses = {str(operation.status): answer}
-    codes = {code for code in operation.errors if isinstance(code, int)} | {405}
-    for code in sorted(codes):
-        response = _error(ERRORS[code], "Error")
-        if code == 405:
+        responses = {str(operation.status): {"description": "success", **operation.answer}}
+    failures = [
+        f if isinstance(f, Failure) else Failure(f, ERRORS[f], Error)
+        for f in (*operation.errors, 405)
+    ]
+    for failure in sorted(failures, key=lambda f: f.status):
+        response = _answer(failure.description, failure.answer)
+        if failure.status == 405:
             response["headers"] = {"Allow": {"schema": {"type": "string"}, "required": True}}
-        if code in (429, 503, 507):
+        if failure.status in (429, 503, 507):
             response["headers"] = RETRY_AFTER
-        responses[str(code)] = response
-    for failure in operation.errors:
-        if isinstance(failure, Failure):
-            responses[str(failure.status)] = {
-                **_error(failure.description, failure.answer.__name__),
-                "headers": RETRY_AFTER,
-            }
+        responses[str(failure.status)] = response
     return responses
 
 
-def _body(body: Body, models: Models, components: dict[str, Any]) -> dict[str, Any]:
-    """Form bodies are optional (their fields may come in the query string)."""
+def _body(body: Body | None, models: Models, components: dict[str, Any]) -> dict[str, Any]:
+    """An operation's ``requestBody``, if it takes one. Form bodies are
+    optional (their fields may come in the query string)."""
+    if body is None:
+        return {}
     if body.model is None:
-        return {"required": True, "content": _json({"type": "object"})}
+        return {"requestBody": {"required": True, "content": _json({"type": "object"})}}
     schema = _schema(_model(body.model, models), components)
     if body.form:
-        return {
-            "content": {**_json(schema), "application/x-www-form-urlencoded": {"schema": schema}}
-        }
-    return {"required": True, "content": _json(schema)}
+        form = {"application/x-www-form-urlencoded": {"schema": schema}}
+        return {"requestBody": {"content": {**_json(schema), **form}}}
+    return {"requestBody": {"required": True, "content": _json(schema)}}
 
 
 def _model(ref: ModelRef, models: Models) -> type[BaseModel]:
@@ -157,11 +155,7 @@ def paths(models: Models, components: dict[str, Any]) -> dict[str, dict[str, Any
         described.setdefault(path, {})[operation.method] = {
             "summary": operation.summary,
             "parameters": parameters,
-            **(
-                {}
-                if operation.body is None
-                else {"requestBody": _body(operation.body, models, components)}
-            ),
+            **_body(operation.body, models, components),
             "responses": _responses(operation),
         }
     return described

@@ -19,6 +19,7 @@ from queuey import ids, jsonio
 from queuey.core.messages import GROUP_WORDS
 from queuey.core.services import services_of
 from queuey.errors import ServiceError
+from queuey.model import schedules
 from queuey.model.flow import GROUP_PATTERN
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
@@ -231,6 +232,8 @@ def form_or_json(request) -> Any:
 
 
 _PATH_PATTERNS = {name: re.compile(param["pattern"]) for name, param in PATH_PARAMS.items()}
+#: A bad path parameter's words: its pattern's, a schedule's name's as the core says them.
+_PATH_WORDS = {**PATTERN_WORDS, schedules.NAME_PATTERN: schedules.NAME_WORDS}
 
 
 def path_param(request, name: str, field: str | None = None) -> str:
@@ -239,5 +242,5 @@ def path_param(request, name: str, field: str | None = None) -> str:
     (default ``name``)."""
     value = request.matchdict[name]
     if not _PATH_PATTERNS[name].fullmatch(value):
-        raise InvalidParameters({field or name: PATTERN_WORDS[PATH_PARAMS[name]["pattern"]]})
+        raise InvalidParameters({field or name: _PATH_WORDS[PATH_PARAMS[name]["pattern"]]})
     return value

@@ -54,14 +54,9 @@ def update_queue(request):
     meta = request.context.meta
     params = validate(request.models.update_queue, form_or_json(request), meta.partitions)
     changes, flow = _split(params)
-    check_queue_settings(
-        meta.name,
-        changes.get("ttl", meta.ttl),
-        changes.get("delay", meta.delay),
-        changes.get("max_attempts", meta.max_attempts),
-        changes.get("dead_letter_queue", meta.dead_letter_queue),
-        changed=set(changes),
-    )
+    crossed = ("ttl", "delay", "max_attempts", "dead_letter_queue")
+    after = {name: changes.get(name, getattr(meta, name)) for name in crossed}
+    check_queue_settings(meta.name, **after, changed=set(changes))
     # Flow first: its last rule (no fair FIFO queue) refuses before anything is written.
     updated = request.services.flow_settings.change_queue(meta, flow)
     if changes or not flow:

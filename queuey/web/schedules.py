@@ -26,18 +26,15 @@ from queuey.core.cron import (
     ZONE_PATTERN,
 )
 from queuey.core.messages import MAX_PRIORITY
-from queuey.limits import MAX_ATTRIBUTE_NAME, MAX_ATTRIBUTE_VALUE, MAX_PARTITION_KEY
 from queuey.model.schedules import (
     MAX_INTERVAL,
     MAX_TEMPLATE_ATTRIBUTES,
     MIN_INTERVAL,
     NAME_PATTERN,
 )
-from queuey.web.params import InvalidParameters, json_body, validate
+from queuey.web.params import json_body, path_param, validate
 from queuey.web.responses import ok
-from queuey.web.schemas import QUEUE_REF_PATTERN, Boolean, Integer, Model
-
-_NAME = re.compile(NAME_PATTERN)
+from queuey.web.schemas import QUEUE_REF_PATTERN, Attributes, Boolean, Integer, Model, PartitionKey
 
 #: What a schedule's create body may be rejected for although its shape is
 #: right (the queue's state, the cron grammar, zone names, rules across
@@ -66,19 +63,13 @@ SCHEDULE_RULES_UNSTATED = (
 class ScheduleMessage(Model):
     body: dict[str, Any] = Field(description="the message posted at each tick")
     partition: Integer(1, 999, description="1..the queue's partitions; default random") = None
-    partition_key: Annotated[str, StringConstraints(max_length=MAX_PARTITION_KEY)] = Field(
-        None, description="hashed to a partition"
-    )
+    partition_key: PartitionKey = Field(None, description="hashed to a partition")
     ttl: Integer(1, 2**31 - 1, description="seconds, at most queuey.max_ttl") = None
     delay: Integer(0, 2**31 - 1, description="seconds before delivery, at most the ttl") = None
     priority: Integer(0, MAX_PRIORITY, description="0-9, higher is reserved first") = None
-    attributes: Annotated[
-        dict[
-            Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
-            Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
-        ],
-        Field(max_length=MAX_TEMPLATE_ATTRIBUTES),
-    ] = Field(None, description="each tick adds schedule.name and schedule.tick")
+    attributes: Attributes(MAX_TEMPLATE_ATTRIBUTES) = Field(
+        None, description="each tick adds schedule.name and schedule.tick"
+    )
 
 
 def _instant(value: Any) -> Any:
@@ -129,20 +120,12 @@ class CreateSchedule(Model):
     paused: Boolean = False
 
 
-def _name(request) -> str:
-    name = request.matchdict["schedule"]
-    if not _NAME.fullmatch(name):
-        raise InvalidParameters({"schedule": "must be 1 to 64 letters, digits, '_' or '-'"})
-    return name
-
-
 def _application(request) -> str:
     return request.identity.application.name
 
 
 def create_schedule(request):
-    body = json_body(request)
-    params = validate(CreateSchedule, body)
+    params = validate(CreateSchedule, json_body(request))
     made = request.services.schedules.create(
         _application(request), params.model_dump(exclude_none=True)
     )
@@ -155,15 +138,16 @@ def list_schedules(request):
 
 
 def get_schedule(request):
-    return ok(**request.services.schedules.get(_application(request), _name(request)).to_json())
+    found = request.services.schedules.get(_application(request), path_param(request, "schedule"))
+    return ok(**found.to_json())
 
 
 def delete_schedule(request):
-    request.services.schedules.delete(_application(request), _name(request))
+    request.services.schedules.delete(_application(request), path_param(request, "schedule"))
     return ok()
 
 
 def pause_or_resume(request):
     schedules = request.services.schedules
     change = schedules.pause if request.matched_route.name.endswith("_pause") else schedules.resume
-    return ok(**change(_application(request), _name(request)).to_json())
+    return ok(**change(_application(request), path_param(request, "schedule")).to_json())

@@ -105,20 +105,21 @@ def _partition_in_queue(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
-def _partitions_in_queue(value: str | None, info: ValidationInfo) -> str | None:
+def _partitions_in_queue(value: str, info: ValidationInfo) -> list[int]:
     count = _queue_partitions(info)
-    if value is not None and count is not None:
-        for number in map(int, value.split(",")):
-            if number > count:
-                raise PydanticCustomError(
-                    "partition",
-                    "partition {number} is not between 1 and {count}",
-                    {"number": number, "count": count},
-                )
-    return value
+    numbers = list(dict.fromkeys(map(int, value.split(","))))
+    for number in numbers:
+        if count is not None and number > count:
+            raise PydanticCustomError(
+                "partition",
+                "partition {number} is not between 1 and {count}",
+                {"number": number, "count": count},
+            )
+    return numbers
 
 
-#: A comma list of partition numbers of the queue the request names.
+#: A comma list of partition numbers of the queue the request names, read as
+#: the list of those numbers (each once, in the order given).
 PartitionList = Annotated[
     Annotated[str, StringConstraints(pattern=PARTITIONS_PATTERN, max_length=1000)],
     AfterValidator(_partitions_in_queue),
@@ -144,13 +145,19 @@ Subscription = Annotated[
     Field(description="a named work-queue consumer of the queue"),
 ]
 DedupId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_DEDUP_ID)]
-Attributes = Annotated[
-    dict[
-        Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
-        Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
-    ],
-    Field(max_length=MAX_ATTRIBUTES),
-]
+
+
+def Attributes(most: int) -> Any:  # noqa: N802 - a type factory
+    """Message attributes: at most ``most`` names, each with its value."""
+    return Annotated[
+        dict[
+            Annotated[str, StringConstraints(min_length=1, max_length=MAX_ATTRIBUTE_NAME)],
+            Annotated[str, StringConstraints(max_length=MAX_ATTRIBUTE_VALUE)],
+        ],
+        Field(max_length=most),
+    ]
+
+
 ReceiptText = Annotated[
     str,
     StringConstraints(max_length=MAX_RECEIPT_TEXT),
@@ -225,7 +232,7 @@ def build_models(max_partitions: int, max_ttl: int, default_ttl: int) -> Models:
             json_schema_extra={"not": {"required": ["partition", "partition_key"]}}
         )
         body: dict[str, Any]
-        attributes: Attributes = Field(None, description="returned on reads")
+        attributes: Attributes(MAX_ATTRIBUTES) = Field(None, description="returned on reads")
 
     class Batch(Model):
         messages: list[BatchEntry] = Field(min_length=1)

@@ -78,26 +78,23 @@ class QueueySecurityPolicy:
     def _identity(self, request) -> Identity | None:
         services = services_of(request.registry)
         trusted = services.settings.trusted_proxies
-        if uses_session(request):
+        session = uses_session(request)
+        key = request.headers.get("ApplicationKey")
+        if session:
             sign_ins = web_state_of(request.registry).session_sign_ins
             app = sign_ins.application(request) if sign_ins is not None else None
+        else:
+            name = request.headers.get("X-Application-Name")
+            app = services.applications.get(name) if name else None
             if app is None:
-                return None
-            return Identity(
-                application=app,
-                key_valid=True,
-                client_addr=client_address(request, trusted),
-                from_session=True,
-            )
-        name = request.headers.get("X-Application-Name")
-        app = services.applications.get(name) if name else None
+                key_of_unknown_application(key)
         if app is None:
-            key_of_unknown_application(request.headers.get("ApplicationKey"))
             return None
         return Identity(
             application=app,
-            key_valid=app.key_matches(request.headers.get("ApplicationKey")),
+            key_valid=session or app.key_matches(key),
             client_addr=client_address(request, trusted),
+            from_session=session,
         )
 
     def authenticated_userid(self, request) -> str | None:

@@ -28,9 +28,6 @@ def _outcome(statuses: dict[str, ReceiptStatus]) -> tuple[int, dict[str, str]]:
 def reserve(request):
     meta = request.context.meta
     params = validate(request.models.reserve, form_or_json(request), meta.partitions)
-    partitions = (
-        list(dict.fromkeys(map(int, params.partitions.split(",")))) if params.partitions else None
-    )
     service = request.services.workqueues
     dead_lettered = 0
 
@@ -40,7 +37,7 @@ def reserve(request):
             meta,
             params.subscription,
             limit=params.limit,
-            partitions=partitions,
+            partitions=params.partitions,
             visibility_timeout=params.visibility_timeout,
         )
         dead_lettered += reservation.dead_lettered
