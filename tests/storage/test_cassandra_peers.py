@@ -19,7 +19,8 @@ import pytest
 
 from queuey.errors import StorageUnavailable
 from queuey.storage.cassandra import peerchannel, peerserver
-from queuey.storage.cassandra.peers import PeerClient, PeerServer, PeerUnavailable
+from queuey.storage.cassandra.peerchannel import OutcomeUnknown
+from queuey.storage.cassandra.peers import PeerClient, PeerNoAnswer, PeerServer, PeerUnavailable
 from tests.support import wait_until
 
 SECRET = b"peer-secret-for-tests-0123456789"
@@ -40,6 +41,8 @@ class Handler:
             self.release.wait(30)
         if op == "moving":
             raise StorageUnavailable("cassandra: partition ownership moved, retry", retry_after=3)
+        if op == "unsure":
+            raise OutcomeUnknown("cassandra: ownership term ended during a write, retry")
         if op == "boom":
             raise RuntimeError("the internal detail nobody outside may see")
         if op == "not-a-dict":
@@ -368,10 +371,23 @@ def test_storage_unavailable_in_the_handler_reaches_the_caller(server, client):
     assert server.connections == 1
 
 
+def test_a_handler_that_did_nothing_and_one_that_may_have_are_told_apart(server, client):
+    """``unavailable``: the call did nothing, the caller may route it again
+    and trust the next answer; a write the handler cannot vouch for
+    (:class:`OutcomeUnknown`) reaches the caller as :class:`PeerNoAnswer`, as
+    a call sent and never answered does."""
+    with pytest.raises(PeerUnavailable) as nothing:
+        client.call(server.address, "moving", {}, timeout=5)
+    assert not isinstance(nothing.value, PeerNoAnswer)
+    with pytest.raises(PeerNoAnswer) as maybe:
+        client.call(server.address, "unsure", {}, timeout=5)
+    assert "ownership term ended during a write" in str(maybe.value)
+
+
 @pytest.mark.parametrize("op", ["boom", "not-a-dict"])
 def test_a_handler_failure_is_logged_there_and_short_here(server, client, caplog, op):
     with caplog.at_level(logging.ERROR, logger=peerserver.__name__):
-        with pytest.raises(PeerUnavailable) as raised:
+        with pytest.raises(PeerNoAnswer) as raised:  # it may have done part of its work
             client.call(server.address, op, {}, timeout=5)
     message = str(raised.value)
     assert op in message and server.address in message

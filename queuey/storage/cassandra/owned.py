@@ -275,10 +275,16 @@ class OwnedWorkQueue:
         decode: Callable[[Any], dict[str, ReceiptStatus]] = wire.decode_statuses,
     ) -> dict[str, ReceiptStatus]:
         """Answer receipts by partition: here for the partitions owned here
-        (or taken now), forwarded for the others."""
+        (or taken now), forwarded for the others. A forwarded call that may
+        have taken effect unanswered (:class:`PeerNoAnswer`) is routed again,
+        and only an ``acked`` then stands: any other answer could be the new
+        owner's view of what that call did (an ack that landed, its slot
+        since given to another delivery, reads ``expired``), so the call is
+        storage unavailable, its outcome unknown."""
         groups, malformed = receipt_groups(queue, receipts)
         statuses: dict[str, ReceiptStatus] = dict.fromkeys(malformed, "unknown")
         by_partition = {p: [r for r, _, _ in items] for p, items in groups.items()}
+        maybe_done: set[str] = set()
 
         def settle(parts: list[int], answered: dict[str, ReceiptStatus]) -> None:
             """Keep the answers; receipts left unanswered (their partition
@@ -304,10 +310,14 @@ class OwnedWorkQueue:
                 args |= {"queue": wire.encode_queue(queue), "sub": sub}
                 try:
                     settle(parts, self._forward(address, op, args, decode))
-                except PeerUnavailable:
+                except PeerUnavailable as exc:
+                    if isinstance(exc, PeerNoAnswer):
+                        maybe_done.update(r for p in parts for r in by_partition[p])
                     self.ownership.forget(queue.incarnation, sub, parts)
         if by_partition:
             raise StorageUnavailable("cassandra: partition owners unreachable, retry")
+        if any(statuses[r] != "acked" for r in maybe_done):
+            raise StorageUnavailable("cassandra: a partition owner did not answer, retry")
         return {r: statuses[r] for r in receipts}
 
     # -- calls forwarded to this process -------------------------------------------------

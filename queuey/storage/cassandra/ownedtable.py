@@ -22,10 +22,10 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from queuey.errors import StorageUnavailable
 from queuey.model import Message, QueueMeta
 from queuey.storage.cassandra.leases import LeaseState, Slot
 from queuey.storage.cassandra.ownership import Held, NotOwner, Ownership
+from queuey.storage.cassandra.peerchannel import OutcomeUnknown
 from queuey.storage.cassandra.reads import message_of
 from queuey.storage.cassandra.scancache import ScanCache
 from queuey.storage.cassandra.session import P_WORK, consistency_profile, execute_all
@@ -123,7 +123,7 @@ class OwnedTable:
         self, c: Connection, queue: QueueMeta, sub: str, states: Sequence[LeaseState]
     ) -> None:
         """Make the changed states durable, then install them in memory; a
-        failure drops the partitions and raises :class:`StorageUnavailable`."""
+        failure drops the partitions and raises :class:`.peerchannel.OutcomeUnknown`."""
         if not states:
             return
         self._register(c, queue, sub)
@@ -150,7 +150,7 @@ class OwnedTable:
             failed = exc
         for h, state, seq, _ in pending:
             if failed is None and not h.valid():
-                failed = NotOwner("cassandra: ownership term ended, retry")
+                failed = OutcomeUnknown("cassandra: ownership term ended during a write, retry")
             if failed is not None:
                 self.ownership.drop(h.key, h.epoch)
                 continue
@@ -161,9 +161,9 @@ class OwnedTable:
             if h.since_snapshot >= SNAPSHOT_EVERY:
                 self._snapshot(h)
         if failed is not None:
-            if isinstance(failed, StorageUnavailable):
+            if isinstance(failed, OutcomeUnknown):
                 raise failed
-            raise StorageUnavailable(f"cassandra: lease state write failed: {failed}") from failed
+            raise OutcomeUnknown(f"cassandra: lease state write failed: {failed}") from failed
 
     def _snapshot(self, h: Held) -> None:
         """Fold the deltas into the snapshot, so the ring never wraps over one

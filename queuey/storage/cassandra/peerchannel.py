@@ -24,8 +24,10 @@ docs/storage.rst):
    the frame is read, and the MAC before any JSON is parsed.
 
 Payloads are JSON, ``{"op": str, "args": {...}}`` answered by ``{"ok": {...}}``
-or ``{"error": {"kind": "unavailable" | "internal", "message",
-"retry_after"}}``; anything else closes the connection.
+or ``{"error": {"kind": "unavailable" | "unknown" | "internal", "message",
+"retry_after"}}``; anything else closes the connection. ``unavailable``: the
+call did nothing; ``unknown`` (:class:`OutcomeUnknown`) and ``internal``: it
+may have taken effect.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from queuey import jsonio
-from queuey.errors import ServiceError
+from queuey.errors import ServiceError, StorageUnavailable
 
 NONCE_BYTES, MAC_BYTES = 16, 32
 #: The client's hello: its nonce and its MAC. The only bytes a server reads
@@ -207,6 +209,12 @@ def open_client(sock: socket.socket, secret: bytes, deadline: float) -> Channel:
 
 
 # -- payloads ------------------------------------------------------------------------
+class OutcomeUnknown(StorageUnavailable):
+    """A handler sent a write it can no longer vouch for (it failed, or this
+    process's term ended meanwhile): the call may have taken effect, and is
+    answered so (kind ``unknown``)."""
+
+
 def error_answer(kind: str, message: str, retry: int = 5) -> bytes:
     short = message[:500].encode("utf-8", "replace").decode("utf-8")  # no lone surrogate
     return jsonio.dumps_bytes({"error": {"kind": kind, "message": short, "retry_after": retry}})

@@ -147,9 +147,10 @@ class PeerClient:
         message = str(error.get("message", ""))[:500]
         retry_after = error.get("retry_after")
         retry_after = retry_after if type(retry_after) is int and retry_after > 0 else 5
-        if error.get("kind") == "unavailable":
+        if error.get("kind") == "unavailable":  # it did nothing
             raise PeerUnavailable(message, retry_after)
-        raise PeerUnavailable(f"peer {address} failed: {message}", retry_after)
+        # "unknown" (a write it cannot vouch for) or "internal": maybe done.
+        raise PeerNoAnswer(f"peer {address} failed: {message}", retry_after)
 
     def close(self) -> None:
         """Close the pooled connections; later calls connect afresh and keep nothing."""

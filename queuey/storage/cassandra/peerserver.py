@@ -45,6 +45,7 @@ from queuey.storage.cassandra.peerchannel import (
     MAX_REQUEST,
     NONCE_BYTES,
     Channel,
+    OutcomeUnknown,
     ProtocolError,
     check_hello,
     check_secret,
@@ -356,6 +357,8 @@ class PeerServer:
             if not isinstance(result, dict):
                 raise TypeError(f"the handler answered {type(result).__name__}, not a dict")
             return jsonio.dumps_bytes({"ok": result})
+        except OutcomeUnknown as exc:
+            return error_answer("unknown", str(exc), exc.retry_after)
         except StorageUnavailable as exc:
             return error_answer("unavailable", str(exc), exc.retry_after)
         except Exception:
