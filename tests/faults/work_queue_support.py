@@ -37,6 +37,10 @@ class HttpError(AssertionError):
 class WorkQueueHttp:
     """One user's HTTP calls to one API node (one ``requests.Session``, one thread)."""
 
+    #: Whether the last ack or release was sent again after a 503 (its first
+    #: attempt's outcome unknown): only :class:`FailoverHttp` does so.
+    unsure = False
+
     def __init__(self, url: str, application: str, key: str = KEY, timeout: float = 60.0) -> None:
         self.url = url
         self.timeout = timeout
@@ -354,6 +358,7 @@ class Consumer(threading.Thread):
                     answer = self.http.release(
                         self.queue, receipts, self.subscription, error=self.release_error
                     )
+                unsure = unsure or self.http.unsure
                 break
             except HttpError as exc:
                 if exc.status != 503:
@@ -447,6 +452,7 @@ class FailoverHttp(WorkQueueHttp):
 
     def _receipts(self, verb: str, queue: str, receipts, subscription, **extra) -> dict:
         deadline = time.monotonic() + self.patience
+        self.unsure = False
         while True:
             try:
                 return super()._receipts(verb, queue, receipts, subscription, **extra)
@@ -454,4 +460,5 @@ class FailoverHttp(WorkQueueHttp):
                 if exc.status != 503 or time.monotonic() > deadline:
                     raise
                 self.log.unknown_outcome(verb)
+                self.unsure = True
                 time.sleep(0.2)
