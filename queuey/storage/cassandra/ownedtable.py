@@ -22,8 +22,9 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from queuey import ids
 from queuey.model import Message, QueueMeta
-from queuey.storage.cassandra.leases import LeaseState, Slot
+from queuey.storage.cassandra.leases import LeaseState
 from queuey.storage.cassandra.ownership import Held, NotOwner, Ownership
 from queuey.storage.cassandra.peerchannel import OutcomeUnknown
 from queuey.storage.cassandra.reads import message_of
@@ -199,14 +200,19 @@ class OwnedTable:
 
     # -- the messages slots name --------------------------------------------------
     def messages(
-        self, c: Connection, queue: QueueMeta, partition: int, slots: Sequence[Slot], now: int
+        self,
+        c: Connection,
+        queue: QueueMeta,
+        partition: int,
+        message_ids: Sequence[uuid.UUID],
+        now: int,
     ) -> dict[uuid.UUID, Message]:
-        """The live messages the slots name."""
+        """The live messages of ``message_ids`` (those slots name, or receipts)."""
         stmts = [
             c.st.get_message.bind(
-                (queue.incarnation, partition, c.bucket_of(s.timestamp), s.message_id)
+                (queue.incarnation, partition, c.bucket_of(ids.micros_of(mid)), mid)
             )
-            for s in slots
+            for mid in message_ids
         ]
         found = {}
         for rs in execute_all(c.session, stmts, consistency_profile(queue), self.timeout):

@@ -96,8 +96,7 @@ class CassandraWorkQueue:
         One read per such receipt, only on this rare path."""
         if not items:
             return {}
-        probes = [Slot(0, mid, 0, "", "", 0, 0) for _, mid in items]
-        bodies = self.table.messages(c, queue, state.partition, probes, now)
+        bodies = self.table.messages(c, queue, state.partition, [mid for _, mid in items], now)
         accept = accepts(queue, sub)
         out: dict[str, ReceiptStatus] = {}
         for receipt, mid in items:
@@ -145,7 +144,8 @@ class CassandraWorkQueue:
                 and queue.max_attempts
                 and s.attempts >= queue.max_attempts
             ]
-            bodies = self.table.messages(c, queue, state.partition, last, now) if last else {}
+            named = [s.message_id for s in last]
+            bodies = self.table.messages(c, queue, state.partition, named, now) if last else {}
             for r, mid, token in items:
                 slot = state.leased(mid, token)
                 if not isinstance(slot, Slot):
@@ -193,8 +193,7 @@ class CassandraWorkQueue:
     def _reopen(
         self, c: Connection, queue: QueueMeta, state: LeaseState, mids: list[uuid.UUID], now: int
     ) -> int:
-        lookups = [Slot(-1, mid, 0, "", "", 0, 0) for mid in mids]
-        live = self.table.messages(c, queue, state.partition, lookups, now)
+        live = self.table.messages(c, queue, state.partition, mids, now)
         reopened = 0
         free = iter(state.free_slots())
         for mid in mids:
