@@ -24,8 +24,9 @@ median run is reported, with the rate of every run:
 
 The two cores are shared: the server's processes, wrk's threads (2, or one per
 connection for ``reserve_ack``) and, for Cassandra, its JVM. The CPU seconds each
-used are reported per scenario (``server_cpu_s``, ``wrk_cpu_s``), with the
-server's peak resident memory (all its processes). Prints one JSON object. Not
+used are reported per scenario (``server_cpu_s``, ``store_cpu_s``: Cassandra's
+JVM, ``wrk_cpu_s``) and per message by process (``cpu_us_per_message``: api,
+store, load), with the server's peak resident memory (all its processes). Prints one JSON object. Not
 a test: run it on a quiet machine and compare medians.
 """
 
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # Server and its settings live in bench/servers.py; the other benchmarks import them here too.
-from bench.servers import APP, KEY, SERVERS, Server  # noqa: E402
+from bench.servers import APP, KEY, SERVERS, Server, store_processes  # noqa: E402
 from bench.servers import INI as INI  # noqa: E402
 from bench.servers import SQS_SECRET as SQS_SECRET  # noqa: E402
 from bench.servers import tree_cpu as tree_cpu  # noqa: E402
@@ -116,7 +117,9 @@ def wrk(
         f"http://127.0.0.1:{server.port}{path}",
     ]
     environ = {**os.environ, "QUEUEY_WRK_DIR": str(WRK_DIR), **env}
+    store = store_processes(server.backend)
     cpu_before = server.cpu()
+    store_before = sum(tree_cpu(proc) for proc in store)
     server.peak_rss = server.rss()
     proc = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
@@ -136,6 +139,9 @@ def wrk(
         raise RuntimeError(f"wrk printed no results: {out.decode()[-1000:]}")
     figures = json.loads(lines[-1])["wrk"]
     seconds = figures["duration_us"] / 1e6
+    server_cpu = server.cpu() - cpu_before
+    store_cpu = sum(tree_cpu(proc) for proc in store) - store_before
+    units = max(1, figures["units"])
     return {
         "connections": connections,
         "wrk_threads": threads,
@@ -150,8 +156,17 @@ def wrk(
         "max_ms": round(figures["max_us"] / 1000, 2),
         "failures": figures["failures"] + figures["socket_errors"] + figures["timeouts"],
         "empty_answers": figures["empty"],
-        "server_cpu_s": round(server.cpu() - cpu_before, 2),
+        "server_cpu_s": round(server_cpu, 2),
+        "store_cpu_s": round(store_cpu, 2),
         "wrk_cpu_s": round(wrk_cpu, 2),
+        # Where each message's CPU went, by process: the API node (its granian
+        # workers and refresher), the store (Cassandra's JVM; SQLite runs inside
+        # the API) and the load generator.
+        "cpu_us_per_message": {
+            "api": round(1e6 * server_cpu / units, 1),
+            "store": round(1e6 * store_cpu / units, 1),
+            "load": round(1e6 * wrk_cpu / units, 1),
+        },
         "server_peak_rss_mb": round(server.peak_rss / 2**20, 1),
     }
 
