@@ -7,8 +7,9 @@
 For each backend, one server started by ``pserve`` from an ini like the shipped
 ones (granian, ``--workers`` processes of 16 threads; or waitress, one process of
 8 threads), and ``wrk`` (C, from Debian: installed when missing, as root) as the
-load. Every scenario runs ``--runs`` times for ``--duration`` seconds and the
-median run is reported, with the rate of every run:
+load. Every scenario first runs ``--warmup`` seconds uncounted, then ``--runs``
+times for ``--duration`` seconds, and the median run is reported, with the rate
+of every run:
 
 * ``heartbeat``: ``GET /__lbheartbeat__``, 8 connections: the server and
   framework alone;
@@ -26,8 +27,9 @@ The two cores are shared: the server's processes, wrk's threads (2, or one per
 connection for ``reserve_ack``) and, for Cassandra, its JVM. The CPU seconds each
 used are reported per scenario (``server_cpu_s``, ``store_cpu_s``: Cassandra's
 JVM, ``wrk_cpu_s``) and per message by process (``cpu_us_per_message``: api,
-store, load), with the server's peak resident memory (all its processes). Prints one JSON object. Not
-a test: run it on a quiet machine and compare medians.
+store, load), with the server's peak resident memory (all its processes).
+Prints one JSON object. Not a test: run it on a quiet machine and compare
+medians.
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def bench_backend(
     workers: int,
     only: set[str],
     request_log: str = "INFO",
+    warmup: float = 2.0,
 ) -> dict:
     server = Server(backend, workdir, server=server_kind, workers=workers, log_level=request_log)
     body_file = workdir / "message.json"
@@ -228,6 +231,10 @@ def bench_backend(
             if name in ("get_1000", "reserve_ack") and backend == "cassandra":
                 time.sleep(2.5)  # the newest posts pass the configured read delay
             log(f"{backend}: {name} x{runs}")
+            if warmup > 0:
+                # Not counted: the first seconds of load pay for warming up
+                # (Cassandra's JIT above all: a cold node spent ~3x the CPU per write).
+                wrk(server, script, target, connections, threads, warmup, env)
             measured = [
                 wrk(server, script, target, connections, threads, duration, env)
                 for _ in range(runs)
@@ -263,6 +270,9 @@ def main() -> int:
         help="INFO: a line per request, as the shipped ini files log",
     )
     parser.add_argument("--only", default="heartbeat,single_post,batch_post,get_1000,reserve_ack")
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="seconds of each scenario run first, not counted"
+    )
     args = parser.parse_args()
     backends = ["sqlite", "cassandra"] if args.backend == "both" else [args.backend]
     only = set(args.only.split(","))
@@ -284,6 +294,7 @@ def main() -> int:
                 args.workers,
                 only,
                 args.request_log,
+                args.warmup,
             )
     print(json.dumps(out, indent=2))
     return 0

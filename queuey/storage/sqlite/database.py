@@ -223,8 +223,7 @@ class WriteLock:
     def timed_out(self) -> WriteLockTimeout:
         """What a writer that waited ``timeout`` seconds in vain is told."""
         return WriteLockTimeout(
-            f"sqlite: another write held the file for longer than busy_timeout "
-            f"({self.timeout:g}s)",
+            f"sqlite: another write held the file for longer than busy_timeout ({self.timeout:g}s)",
             retry_after=1,
         )
 

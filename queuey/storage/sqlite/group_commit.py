@@ -48,14 +48,14 @@ class WriteJob:
         self.messages = messages
         self.stored: list[Message] = []
         self.error: StorageUnavailable | None = None
-        self.done = False
         #: Taken into a commit by its leader (no longer withdrawable).
         self.taken = False
-        #: Set once a commit resolved the job (ids or error).
-        self.finished = threading.Event()
-        #: Set when the job is taken into a commit or its caller is to lead
-        #: the next one.
-        self.wake = threading.Event()
+        #: A commit resolved the job (ids or error).
+        self.done = False
+        #: Released once: when a commit resolved the job, or when its caller
+        #: is to lead the next commit (held until then).
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
     def fail(self, error: StorageUnavailable) -> None:
         self.error = error
@@ -124,18 +124,23 @@ class GroupCommit:
             if leads:
                 self._leader = job
         while not leads:
-            job.wake.wait(max(0.0, deadline - time.monotonic()))
+            # Woken once: its job resolved, or its turn to lead.
+            woken = job.wake.acquire(timeout=max(0.0, deadline - time.monotonic()))
             with self._pending_lock:
-                if job.taken:
+                if job.done:
                     break
-                job.wake.clear()
                 leads = self._leader is job
-                if not leads and time.monotonic() >= deadline:
+                if leads and not woken:  # handed over after the wait gave up
+                    job.wake.acquire(blocking=False)  # taken back: its commit releases it
+                if leads or woken:
+                    break
+                if job.taken:  # a commit holds it: its outcome is awaited
+                    deadline = max(deadline, time.monotonic() + self.db.busy_timeout)
+                elif time.monotonic() >= deadline:
                     self._pending.remove(job)
                     raise self.db.write_lock.timed_out()
         if leads:
             self._lead(job, deadline)
-        job.finished.wait(self.db.busy_timeout)
         return job.outcome()
 
     def _lead(self, job: WriteJob, deadline: float) -> None:
@@ -154,7 +159,6 @@ class GroupCommit:
                 jobs, self._pending = self._pending, []
                 for taken in jobs:
                     taken.taken = True
-                    taken.wake.set()  # its caller now waits for the outcome
             self._commit_jobs(jobs)
         finally:
             self.db.write_lock.release()
@@ -166,7 +170,7 @@ class GroupCommit:
         ``_pending_lock``)."""
         self._leader = self._pending[0] if self._pending else None
         if self._leader is not None:
-            self._leader.wake.set()
+            self._leader.wake.release()
 
     def _commit_jobs(self, jobs: list[WriteJob]) -> None:
         """Write every pending job in one transaction (caller holds the write lock).
@@ -200,7 +204,7 @@ class GroupCommit:
         finally:
             for job in jobs:
                 job.done = True
-                job.finished.set()
+                job.wake.release()
 
     def _write_job(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """One caller's messages under its own savepoint; a failure fails that caller only."""
