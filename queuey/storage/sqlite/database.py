@@ -202,7 +202,7 @@ class WriteLock:
         """Take the lock within ``timeout`` seconds or raise :class:`WriteLockTimeout`."""
         deadline = time.monotonic() + timeout
         if not self._thread.acquire(timeout):
-            raise self.timed_out()
+            raise self._timed_out(timeout)
         if self._file is not None:
             try:
                 got = self._file.acquire(deadline - time.monotonic())
@@ -211,7 +211,7 @@ class WriteLock:
                 raise
             if not got:
                 self._thread.release()
-                raise self.timed_out()
+                raise self._timed_out(timeout)
 
     def release(self) -> None:
         try:
@@ -220,10 +220,10 @@ class WriteLock:
         finally:
             self._thread.release()
 
-    def timed_out(self) -> WriteLockTimeout:
-        """What a writer that waited ``timeout`` seconds in vain is told."""
+    @staticmethod
+    def _timed_out(timeout: float) -> WriteLockTimeout:
         return WriteLockTimeout(
-            f"sqlite: another write held the file for longer than busy_timeout ({self.timeout:g}s)",
+            f"sqlite: another write held the file for longer than busy_timeout ({timeout:g}s)",
             retry_after=1,
         )
 

@@ -21,14 +21,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 
 from queuey import ids
 from queuey.clock import Clock
 from queuey.errors import StorageUnavailable
 from queuey.model import Message, NewMessage, QueueMeta
-from queuey.storage.sqlite.database import Database, unavailable
+from queuey.storage.sqlite.database import Database, WriteLockTimeout, unavailable
 from queuey.storage.sqlite.minting import DedupIds, delayed_id
 from queuey.storage.sqlite.schema import dump_attributes, last_ts, tiebreak
 
@@ -48,14 +47,9 @@ class WriteJob:
         self.messages = messages
         self.stored: list[Message] = []
         self.error: StorageUnavailable | None = None
-        #: Taken into a commit by its leader (no longer withdrawable).
-        self.taken = False
-        #: A commit resolved the job (ids or error).
         self.done = False
-        #: Released once: when a commit resolved the job, or when its caller
-        #: is to lead the next commit (held until then).
-        self.wake = threading.Lock()
-        self.wake.acquire()
+        #: Set once a commit resolved the job (ids or error).
+        self.finished = threading.Event()
 
     def fail(self, error: StorageUnavailable) -> None:
         self.error = error
@@ -92,8 +86,6 @@ class GroupCommit:
         self._dedup = DedupIds(dedup_window)
         self._pending_lock = threading.Lock()
         self._pending: list[WriteJob] = []
-        #: The job whose caller leads the next (or current) commit.
-        self._leader: WriteJob | None = None
 
     def put(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
         """Store messages; concurrent callers share one commit (group commit).
@@ -104,73 +96,27 @@ class GroupCommit:
         its ids or an exception: if the group's commit fails, for whatever
         reason, every caller of the group gets that failure.
 
-        One caller at a time, the *leader*, takes the write lock and commits
-        every job waiting then; the others wait for their job's outcome and
-        never touch the lock (a caller whose job a leader wrote does not queue
-        for the lock only to find its work done, which would hold the file from
-        every other process meanwhile). When the leader lets go of the lock,
-        the oldest waiting job's caller leads the next commit.
-
         A caller waits for the write lock at most ``busy_timeout``; if the lock
         stays busy that long it gets ``StorageUnavailable`` and its job is
         withdrawn, so nothing is stored for a caller answered with an error
         (unless a commit had already taken the job: then its outcome is awaited).
         """
         job = WriteJob(queue, messages)
-        deadline = time.monotonic() + self.db.busy_timeout
         with self._pending_lock:
             self._pending.append(job)
-            leads = self._leader is None
-            if leads:
-                self._leader = job
-        while not leads:
-            # Woken once: its job resolved, or its turn to lead.
-            woken = job.wake.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            with self.db.write_lock:
+                if not job.done:
+                    with self._pending_lock:
+                        jobs, self._pending = self._pending, []
+                    self._commit_jobs(jobs)
+        except WriteLockTimeout:
             with self._pending_lock:
-                if job.done:
-                    break
-                leads = self._leader is job
-                if leads and not woken:  # handed over after the wait gave up
-                    job.wake.acquire(blocking=False)  # taken back: its commit releases it
-                if leads or woken:
-                    break
-                if job.taken:  # a commit holds it: its outcome is awaited
-                    deadline = max(deadline, time.monotonic() + self.db.busy_timeout)
-                elif time.monotonic() >= deadline:
+                if job in self._pending:
                     self._pending.remove(job)
-                    raise self.db.write_lock.timed_out()
-        if leads:
-            self._lead(job, deadline)
+                    raise
+            job.finished.wait(self.db.busy_timeout)
         return job.outcome()
-
-    def _lead(self, job: WriteJob, deadline: float) -> None:
-        """Take the write lock and commit every waiting job (``job`` among
-        them); then hand the lead to the oldest job still waiting."""
-        try:
-            self.db.write_lock.acquire(deadline - time.monotonic())
-        except BaseException:
-            with self._pending_lock:
-                if not job.taken:
-                    self._pending.remove(job)
-                self._hand_over()
-            raise
-        try:
-            with self._pending_lock:
-                jobs, self._pending = self._pending, []
-                for taken in jobs:
-                    taken.taken = True
-            self._commit_jobs(jobs)
-        finally:
-            self.db.write_lock.release()
-            with self._pending_lock:
-                self._hand_over()
-
-    def _hand_over(self) -> None:
-        """The next leader: the oldest waiting job's caller, if any (holding
-        ``_pending_lock``)."""
-        self._leader = self._pending[0] if self._pending else None
-        if self._leader is not None:
-            self._leader.wake.release()
 
     def _commit_jobs(self, jobs: list[WriteJob]) -> None:
         """Write every pending job in one transaction (caller holds the write lock).
@@ -204,7 +150,7 @@ class GroupCommit:
         finally:
             for job in jobs:
                 job.done = True
-                job.wake.release()
+                job.finished.set()
 
     def _write_job(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """One caller's messages under its own savepoint; a failure fails that caller only."""
