@@ -1,4 +1,4 @@
-"""Cassandra group commit: concurrent posts to one queue share one write.
+"""Cassandra group commit: concurrent posts to one queue partition share one write.
 
 A gate on the driver's request path holds the first message write in flight
 while other callers queue behind it, so the test knows which posts share the
@@ -19,8 +19,8 @@ from cassandra import OperationTimedOut
 from cassandra.query import BatchStatement, BatchType, BoundStatement
 
 from queuey.errors import StorageUnavailable
-from queuey.model import Message, NewMessage, QueueMeta, ReadQuery
-from queuey.storage.cassandra import CassandraStorage, postgroup
+from queuey.model import Message, NewMessage, ReadQuery
+from queuey.storage.cassandra import CassandraStorage
 from tests.storage.cassandra_support import KEYSPACE, Recorder, put
 from tests.support import wait_until
 
@@ -204,18 +204,15 @@ def test_a_capped_group_leaves_the_overflow_to_the_next_write(store, queue, cloc
     assert len(read_all(store, queue, clock)) == 1 + 3 * CALLERS
 
 
-def test_other_queues_and_dedup_posts_do_not_wait(store, queue, clock, gate):
-    other_queue = store.create_queue(
-        QueueMeta(application=queue.application, name="other", partitions=3, ttl=600)
-    )
+def test_other_partitions_and_dedup_posts_do_not_wait(store, queue, clock, gate):
     put(store, queue, 0, partition=1)
-    put(store, other_queue, 0, partition=1)
+    put(store, queue, 0, partition=2)
     held = gate()
     outcomes: dict[int, Any] = {}
     first = start(post(store, queue, 0), outcomes, 0)
     assert held.held.wait(DEADLINE)
-    # The queue's write is in flight: another queue's post and dedup posts write at once.
-    other = store.put_messages(other_queue, [NewMessage('{"other": 1}', 1, 600)])
+    # Partition 1's write is in flight: partition 2 and dedup posts write at once.
+    other = store.put_messages(queue, [NewMessage('{"other": 1}', 2, 600)])
     dedup = [NewMessage('{"dedup": 1}', 1, 600, dedup_id="d-1")]
     first_dedup = store.put_messages(queue, dedup)
     assert store.put_messages(queue, dedup)[0].id == first_dedup[0].id
@@ -223,32 +220,7 @@ def test_other_queues_and_dedup_posts_do_not_wait(store, queue, clock, gate):
     held.release.set()
     join([first])
     assert [m.body for m in outcomes[0]] == bodies(0, 3)
-    assert other[0].id in {m.id for m in read_all(store, other_queue, clock)}
-
-
-def test_posts_to_several_partitions_share_an_unlogged_write(
-    store, queue, clock, recorder, gate, monkeypatch
-):
-    """Each post in one Cassandra partition stays atomic in an unlogged batch;
-    a group takes at most MAX_GROUP_PARTITIONS queue partitions."""
-    monkeypatch.setattr(postgroup, "MAX_GROUP_PARTITIONS", 2)
-    for partition in (1, 2, 3):
-        put(store, queue, 0, partition=partition)  # the buckets' index rows
-    recorder.clear()
-    # Partitions 1 (held alone), then 2, 3, 2, 1, 3: a group of {2, 3, 2} (two
-    # partitions), then {1, 3}.
-    parts = [1, 2, 3, 2, 1, 3]
-    calls = [post(store, queue, i, partition=p) for i, p in enumerate(parts)]
-    outcomes = behind_a_held_write(store, queue, gate(), calls)
-
-    assert message_writes(recorder) == [f"BATCH {BatchType.UNLOGGED}"] * 3
-    for i, partition in enumerate(parts):
-        assert [m.body for m in outcomes[i]] == bodies(i, 3)
-        assert {m.partition for m in outcomes[i]} == {partition}
-    for partition in (1, 2, 3):
-        stored = {m.id for m in read_all(store, queue, clock, partition=partition)}
-        mine = [m.id for i, p in enumerate(parts) if p == partition for m in outcomes[i]]
-        assert set(mine) <= stored
+    assert other[0].id in {m.id for m in read_all(store, queue, clock, partition=2)}
 
 
 def test_a_caller_queued_too_long_is_withdrawn_and_nothing_of_it_is_stored(

@@ -145,7 +145,7 @@ def test_a_write_landing_late_with_an_older_id_is_still_delivered(store, queue, 
     settled = t0 - 1  # the read delay still covers both ids
     got = reserve(store, queue, clock, settled=settled).deliveries
     assert [d.message.id for d in got] == [newer.id]
-    store._writer.write(store._connection(), queue, [[in_flight]], clock.now_micros(), 1e9)
+    store._writer.write(store._connection(), queue, [in_flight], clock.now_micros(), 1e9)
     clock.advance(0.001)
     got = reserve(store, queue, clock, settled=settled).deliveries
     assert [d.message.id for d in got] == [in_flight.id]

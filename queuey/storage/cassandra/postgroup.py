@@ -1,39 +1,31 @@
-"""Group commit for Cassandra posts: concurrent posts to one queue share one write.
+"""Group commit for Cassandra posts: concurrent posts to one queue partition share one write.
 
-Each post costs Cassandra a request and a commit-log sync, and the API node
-the driver's handling of a request and its answer, so many small posts to one
-queue are cheaper as one batch. The rule:
+Each post costs Cassandra a round trip and a commit-log sync, so many small
+posts to one queue partition are cheaper as one batch. The rule:
 
-* A post joins a *lane*: (queue incarnation, consistency, plain or not). Only
-  posts whose messages all go to one queue partition and carry no
-  ``dedup_id`` join one; the others (and posts too big to share a write,
-  :data:`MAX_GROUP_MESSAGES`, :data:`MAX_GROUP_BYTES`) go alone at once, as
-  before. Dedup posts claim their ids with lightweight transactions before
+* A post joins a *lane*: (queue incarnation, queue partition, consistency,
+  plain or not). Only posts whose messages all go to one queue partition and
+  carry no ``dedup_id`` join one; the others (and posts too big to share a
+  write, :data:`MAX_GROUP_MESSAGES`, :data:`MAX_GROUP_BYTES`) go alone at once,
+  as before. Dedup posts claim their ids with lightweight transactions before
   their ids may be written, which does not fit a write formed later by another
-  thread. *Plain* posts (no delay, no priority) each fill one Cassandra
-  partition, so their group is an unlogged batch: atomic and isolated for
-  each post, though not across the group's partitions, which no caller is
-  promised (a failed group write answers every caller of it "outcome
-  unknown"). Groups of delayed or prioritised messages write index rows too
-  (a logged batch when they span partitions) and have a lane of their own, so
-  they never turn a plain group's batch into a logged one.
+  thread. *Plain* posts (no delay, no priority) fill one Cassandra partition,
+  so their group is an unlogged batch; groups of delayed or prioritised
+  messages mostly span several (a logged batch) and have a lane of their own,
+  so they never turn a plain group's batch into a logged one.
 * At most one write per lane is in flight. A post finding its lane idle writes
   at once, alone (no added latency). Posts arriving meanwhile queue up; when
   the write returns, the oldest waiting post becomes the leader of the next
-  group: the waiting posts, in arrival order, up to the caps (and to
-  :data:`MAX_GROUP_PARTITIONS` queue partitions, below Cassandra's warning
-  for unlogged batches across partitions). The rest wait for the following
-  write. Lanes are independent: another queue never waits for this one.
-  (Lanes were per queue partition until 2026-11-29: posts to one queue rarely
-  met in a lane, and a queue's single posts now cost ~20 % less CPU per post
-  on the API node and ~30 % less on the Cassandra node; docs/performance.rst.)
+  group: the waiting posts, in arrival order, up to the caps. The rest wait
+  for the following write. Lanes are independent: another partition or queue
+  never waits for this one.
 * The leader mints every id of the group when it forms the write (one clock
   reading), so the group lands within the write timeout of its ids being
   minted (see :mod:`.writes`). Each caller gets exactly its own messages, in
   its order; undelayed ids increase through the group in arrival order.
 * A caller returns only once the write holding its messages is done. If that
   write fails or times out, every caller in it gets its own
-  ``StorageUnavailable`` (outcome unknown, as for a lone post that timed out).
+  ``StorageUnavailable`` (for a timeout: outcome unknown, as for a lone post).
 * Nobody waits forever: a post still queued after the write timeout is
   withdrawn (nothing stored, ``StorageUnavailable``); one taken into a write
   waits at most the write timeout plus :data:`GRACE` for its outcome. A caller
@@ -62,10 +54,6 @@ log = logging.getLogger(__name__)
 ENABLED = True
 #: Most messages in one combined write.
 MAX_GROUP_MESSAGES = 100
-#: Most queue partitions in one combined write: Cassandra warns (in its log and
-#: to the client) about an unlogged batch over more than 10 partitions
-#: (``unlogged_batch_across_partitions_warn_threshold``).
-MAX_GROUP_PARTITIONS = 10
 #: Most estimated bytes in one combined write: well under Cassandra's default
 #: ``batch_size_fail_threshold`` (50 KiB), which applies to the logged
 #: (multi-partition) batches of delayed or prioritised messages.
@@ -77,9 +65,8 @@ ROW_OVERHEAD = 128
 GRACE = 1.0
 
 Mint = Callable[[NewMessage, int], Message]
-#: Writes posts' minted messages (each post's messages all or nothing).
-Write = Callable[[Connection, QueueMeta, Sequence[Sequence[Message]], int, float], None]
-Lane = tuple[str, str, bool]
+Write = Callable[[Connection, QueueMeta, Sequence[Message], int, float], None]
+Lane = tuple[str, int, str, bool]
 
 # A post's states: queued in its lane; leading a group (to write it); taken
 # into a group another caller writes; resolved (or withdrawn).
@@ -178,7 +165,7 @@ class PostGroups:
                 return None
             if m.delay > 0 or m.priority > 0:
                 plain = False
-        return (queue.incarnation, consistency_profile(queue), plain)
+        return (queue.incarnation, partition, consistency_profile(queue), plain)
 
     def waiting(self) -> int:
         """Posts queued behind a write in flight, over every lane."""
@@ -259,7 +246,7 @@ class PostGroups:
             for p in group:
                 p.stored = [self.mint(m, now) for m in p.messages]
             with unavailable("put messages"):
-                self.write(c, queue, [p.stored for p in group], now, deadline)
+                self.write(c, queue, [m for p in group for m in p.stored], now, deadline)
         except BaseException as exc:
             if not isinstance(exc, StorageUnavailable):
                 log.error("cassandra: a group write of %d posts failed", len(group), exc_info=exc)
@@ -283,15 +270,10 @@ class PostGroups:
             return
         first = waiting.popleft()
         group, count, size = [first], len(first.messages), first.size
-        partitions = {first.messages[0].partition}
         while waiting:
             nxt = waiting[0]
             if count + len(nxt.messages) > self.max_messages or size + nxt.size > self.max_bytes:
                 break
-            partition = nxt.messages[0].partition
-            if partition not in partitions and len(partitions) >= MAX_GROUP_PARTITIONS:
-                break
-            partitions.add(partition)
             group.append(waiting.popleft())
             count, size = count + len(nxt.messages), size + nxt.size
         self._give(group)

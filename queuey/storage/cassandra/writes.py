@@ -142,7 +142,7 @@ class MessageWriter:
                 c, queue, messages, minted, now, self.dedup_window, write_timeout, self.mint
             )
         if writes:
-            self.write(c, queue, [writes], now, deadline)
+            self.write(c, queue, writes, now, deadline)
         if claims:
             mark_written(c, queue, claims, self.dedup_window, self.config.request_timeout)
         return answers
@@ -151,50 +151,18 @@ class MessageWriter:
         self,
         c: Connection,
         queue: QueueMeta,
-        posts: Sequence[Sequence[Message]],
+        messages: Sequence[Message],
         now: int,
         deadline: float,
     ) -> None:
-        """Store minted messages (and their index rows) in one request, each
-        post's messages atomically."""
+        """Store minted messages (and their index rows) atomically."""
         st, session = c.st, c.session
         profile = consistency_profile(queue)
         inc = queue.incarnation
         stmts: list[BoundStatement] = []
+        keys: set[tuple[int, ...]] = set()
         index: dict[tuple, tuple[Any, tuple]] = {}  # cache key -> (statement, values)
         bucket_us = c.bucket_micros
-        # The Cassandra partitions of each post, and of all of them.
-        each: list[set[tuple[int, ...]]] = []
-        for messages in posts:
-            each.append(keys := set())
-            self._statements(st, inc, messages, now, bucket_us, stmts, keys, index)
-        self._write_index(c, profile, index, deadline)
-        if len(stmts) == 1:
-            session.execute(stmts[0], execution_profile=profile, timeout=remaining(deadline))
-            return
-        # A post in one Cassandra partition is atomic and isolated in an
-        # unlogged batch, whatever else the batch holds; a post spanning
-        # several (priority rows, a bucket boundary) needs a logged batch (the
-        # batchlog), and then the whole batch is one.
-        kind = BatchType.UNLOGGED if all(len(keys) == 1 for keys in each) else BatchType.LOGGED
-        batch = BatchStatement(batch_type=kind)
-        for s in stmts:
-            batch.add(s)
-        session.execute(batch, execution_profile=profile, timeout=remaining(deadline))
-
-    def _statements(
-        self,
-        st: Any,
-        inc: str,
-        messages: Sequence[Message],
-        now: int,
-        bucket_us: int,
-        stmts: list[BoundStatement],
-        keys: set[tuple[int, ...]],
-        index: dict[tuple, tuple[Any, tuple]],
-    ) -> None:
-        """Add ``messages``' rows to ``stmts``, their Cassandra partitions to
-        ``keys`` and the index rows they need to ``index``."""
         for msg in messages:
             bucket = msg.timestamp // bucket_us
             # Cassandra counts the TTL from its own clock: one second of slack.
@@ -230,6 +198,17 @@ class MessageWriter:
                     ("q", inc, p, prio, now // (window * MICROS)),
                     (st.insert_queue_priority, (inc, p, prio, self._priority_ttl)),
                 )
+        self._write_index(c, profile, index, deadline)
+        if len(stmts) == 1:
+            session.execute(stmts[0], execution_profile=profile, timeout=remaining(deadline))
+        else:
+            # One Cassandra partition: an unlogged batch is atomic and isolated.
+            # Several: a logged batch is the atomic way (batchlog).
+            kind = BatchType.UNLOGGED if len(keys) == 1 else BatchType.LOGGED
+            batch = BatchStatement(batch_type=kind)
+            for s in stmts:
+                batch.add(s)
+            session.execute(batch, execution_profile=profile, timeout=remaining(deadline))
 
     def _write_index(
         self,
