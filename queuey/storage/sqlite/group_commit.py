@@ -47,9 +47,8 @@ class WriteJob:
         self.messages = messages
         self.stored: list[Message] = []
         self.error: StorageUnavailable | None = None
+        #: A commit resolved the job (ids or error).
         self.done = False
-        #: Set once a commit resolved the job (ids or error).
-        self.finished = threading.Event()
 
     def fail(self, error: StorageUnavailable) -> None:
         self.error = error
@@ -86,6 +85,10 @@ class GroupCommit:
         self._dedup = DedupIds(dedup_window)
         self._pending_lock = threading.Lock()
         self._pending: list[WriteJob] = []
+        #: Callers whose job a commit took while they gave up on the write
+        #: lock wait here for its outcome (rare: no event per job is made).
+        self._resolved = threading.Condition(self._pending_lock)
+        self._awaiting = 0
 
     def put(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
         """Store messages; concurrent callers share one commit (group commit).
@@ -115,7 +118,11 @@ class GroupCommit:
                 if job in self._pending:
                     self._pending.remove(job)
                     raise
-            job.finished.wait(self.db.busy_timeout)
+                self._awaiting += 1
+                try:
+                    self._resolved.wait_for(lambda: job.done, self.db.busy_timeout)
+                finally:
+                    self._awaiting -= 1
         return job.outcome()
 
     def _commit_jobs(self, jobs: list[WriteJob]) -> None:
@@ -150,7 +157,9 @@ class GroupCommit:
         finally:
             for job in jobs:
                 job.done = True
-                job.finished.set()
+            if self._awaiting:  # read after every done is set: a waiter sees one or the other
+                with self._resolved:
+                    self._resolved.notify_all()
 
     def _write_job(self, conn: sqlite3.Connection, job: WriteJob, last: int) -> int:
         """One caller's messages under its own savepoint; a failure fails that caller only."""
