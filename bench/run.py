@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     "rabbitmq.py",
     "api.py",
+    "cassandra_inserts.py",
     "soak.py",
     "consumers.py",
     "spark.py",

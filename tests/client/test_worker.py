@@ -172,9 +172,15 @@ def test_three_workers_consume_27_partitions_once_each_in_order(client, make_wor
     per_worker = {}
     for name, message in recorder.seen:
         per_worker.setdefault(name, set()).add(message.partition)
-    assert sorted(len(ps) for ps in per_worker.values()) == [9, 9, 9]
     assert set().union(*per_worker.values()) == set(range(1, 28))
-    assert sorted(len(w.group.owned()) for w in workers) == [9, 9, 9]
+    # The partitions end 9, 9, 9. Who processed which message is not asserted:
+    # a worker that joins late (a busy box) finds some partitions already
+    # drained by their owner before the rebalance (seen once: [8, 9, 10]).
+    wait_until(
+        lambda: sorted(len(w.group.owned()) for w in workers) == [9, 9, 9],
+        REBALANCE_TIMEOUT * 2,
+        "the partitions to spread 9, 9, 9",
+    )
     assert sum(w.worker.stats.processed for w in workers) == 540
 
 
