@@ -134,3 +134,59 @@ def test_a_caller_failing_in_the_group_leaves_the_others_stored(tmp_path, clock)
     )
     assert {m.id for m in read} == acknowledged
     store.close()
+
+
+class CommitWaits:
+    """The writer connection whose COMMIT waits until released (a slow disk)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.committing = threading.Event()
+        self.release = threading.Event()
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            self.committing.set()
+            assert self.release.wait(DEADLINE), "the commit was never released"
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.unit
+def test_a_caller_past_its_lock_deadline_gets_the_ids_a_commit_holding_its_post_stored(
+    tmp_path, clock
+):
+    """A caller gives up waiting for the write lock while the leader's slow
+    commit holds its post: it is not told 503 for messages being stored, but
+    waits for that commit and gets its ids."""
+    db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=1)
+    with db.write() as conn:
+        migrate(conn)
+    commits = GroupCommit(db, clock)
+    queue = QueueMeta(application="a", name="q", partitions=2)
+    slow = db.writer = CommitWaits(db.writer)
+    outcomes: list = [None, None]
+
+    def run(i: int) -> None:
+        try:
+            outcomes[i] = commits.put(queue, [NewMessage('{"n": %d}' % i, 1, 60)])
+        except Exception as exc:  # noqa: BLE001 - the outcome is what we check
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    with db.write_lock:
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(commits._pending) == 2, DEADLINE, "both posts to be queued")
+    assert slow.committing.wait(DEADLINE)
+    # One caller leads the commit of both; the other's wait for the lock ends.
+    wait_until(lambda: commits._awaiting == 1, DEADLINE, "the other caller to give up the lock")
+    slow.release.set()
+    for t in threads:
+        t.join(DEADLINE)
+        assert not t.is_alive()
+    assert [[m.body for m in o] for o in outcomes] == [['{"n": 0}'], ['{"n": 1}']], outcomes
+    assert slow.execute("SELECT count(*) FROM messages").fetchone() == (2,)
+    db.close()

@@ -207,7 +207,8 @@ class OwnedTable:
         message_ids: Sequence[uuid.UUID],
         now: int,
     ) -> dict[uuid.UUID, Message]:
-        """The live messages of ``message_ids`` (those slots name, or receipts)."""
+        """The live messages of ``message_ids`` (those slots name, or receipts);
+        none asked, no request made."""
         stmts = [
             c.st.get_message.bind(
                 (queue.incarnation, partition, c.bucket_of(ids.micros_of(mid)), mid)

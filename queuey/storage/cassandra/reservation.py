@@ -305,9 +305,7 @@ class ReserveCall:
         again = [x for x in picks if isinstance(x, Slot)]
         fresh = [x for x in picks if isinstance(x, Message)]
         named = again + view.claims
-        bodies = (
-            self.table.messages(c, queue, p, [s.message_id for s in named], now) if named else {}
-        )
+        bodies = self.table.messages(c, queue, p, [s.message_id for s in named], now)
         deliveries: list[tuple[tuple, Delivery]] = []
         dead: list[DeadLetter] = []
         more = len(picks) < len(view.again) + min(len(view.fresh), view.capacity)

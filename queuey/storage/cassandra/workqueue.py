@@ -145,7 +145,7 @@ class CassandraWorkQueue:
                 and s.attempts >= queue.max_attempts
             ]
             named = [s.message_id for s in last]
-            bodies = self.table.messages(c, queue, state.partition, named, now) if last else {}
+            bodies = self.table.messages(c, queue, state.partition, named, now)
             for r, mid, token in items:
                 slot = state.leased(mid, token)
                 if not isinstance(slot, Slot):

@@ -140,8 +140,7 @@ def _subscription(
         state = states[p]
         dead += state.dead_lettered
         open_slots = [s for s in state.slots.values() if s.state not in FINISHED]
-        named = [s.message_id for s in open_slots]
-        live = table.messages(c, queue, p, named, now) if open_slots else {}
+        live = table.messages(c, queue, p, [s.message_id for s in open_slots], now)
         for s in open_slots:
             if s.message_id not in live:
                 continue
