@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # Server and its settings live in bench/servers.py; the other benchmarks import them here too.
-from bench.servers import APP, KEY, SERVERS, Server, store_processes  # noqa: E402
+from bench.servers import APP, KEY, SERVERS, CpuMeter, Server, store_processes  # noqa: E402
 from bench.servers import INI as INI  # noqa: E402
 from bench.servers import SQS_SECRET as SQS_SECRET  # noqa: E402
 from bench.servers import tree_cpu as tree_cpu  # noqa: E402
@@ -121,9 +121,8 @@ def wrk(
         f"http://127.0.0.1:{server.port}{path}",
     ]
     environ = {**os.environ, "QUEUEY_WRK_DIR": str(WRK_DIR), **env}
-    store = store_processes(server.backend)
-    cpu_before = server.cpu()
-    store_before = sum(tree_cpu(proc) for proc in store)
+    meter = CpuMeter([server], store_processes(server.backend))  # its "load" is not wrk
+    cpu_before = meter.read()
     server.peak_rss = server.rss()
     proc = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ps = psutil.Process(proc.pid)
@@ -143,8 +142,9 @@ def wrk(
         raise RuntimeError(f"wrk printed no results: {out.decode()[-1000:]}")
     figures = json.loads(lines[-1])["wrk"]
     seconds = figures["duration_us"] / 1e6
-    server_cpu = server.cpu() - cpu_before
-    store_cpu = sum(tree_cpu(proc) for proc in store) - store_before
+    cpu_after = meter.read()
+    server_cpu = cpu_after["api"] - cpu_before["api"]
+    store_cpu = cpu_after["store"] - cpu_before["store"]
     units = max(1, figures["units"])
     return {
         "connections": connections,

@@ -109,7 +109,10 @@ def test_a_wrong_hello_is_closed_before_any_frame_is_read():
         # Bytes that announce a 64 MiB frame to a server that reads frames first.
         sock = stranger(server.address)
         nonce(sock)
-        sock.sendall(struct.pack(">I", 64 * MIB) + os.urandom(HELLO_BYTES - 4) + bytes(MIB))
+        try:
+            sock.sendall(struct.pack(">I", 64 * MIB) + os.urandom(HELLO_BYTES - 4) + bytes(MIB))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server hung up before the rest was sent: what is asserted next
         started = time.monotonic()
         assert closed_by_server(sock, 5)
         assert time.monotonic() - started < 1  # not at a deadline: at once
