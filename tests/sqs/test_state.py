@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -214,16 +215,32 @@ def test_concurrent_tags_and_attribute_changes_all_survive(sqs):
     start = threading.Barrier(len(clients))
     errors: list[BaseException] = []
 
+    def retried(call) -> None:
+        """A 503 (Retry-After) is the documented answer when a compare-and-set
+        lost too many races on a busy box; an SQS client sends it again."""
+        for attempt in range(5):
+            try:
+                return call()
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ServiceUnavailable" or attempt == 4:
+                    raise
+                time.sleep(0.2)
+
     def tag(worker: int, client) -> None:
         try:
             start.wait(10)
             for i in range(4):
                 if worker == 0:
-                    client.set_queue_attributes(
-                        QueueUrl=url, Attributes={"ReceiveMessageWaitTimeSeconds": str(i + 1)}
+                    retried(
+                        lambda i=i: client.set_queue_attributes(
+                            QueueUrl=url,
+                            Attributes={"ReceiveMessageWaitTimeSeconds": str(i + 1)},
+                        )
                     )
                 else:
-                    client.tag_queue(QueueUrl=url, Tags={f"w{worker}-{i}": str(i)})
+                    retried(
+                        lambda i=i: client.tag_queue(QueueUrl=url, Tags={f"w{worker}-{i}": str(i)})
+                    )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
