@@ -16,7 +16,7 @@ from queuey.errors import StorageUnavailable
 from queuey.model import NewMessage, QueueMeta, ReadQuery
 from queuey.storage.sqlite import SQLiteStorage
 from queuey.storage.sqlite.database import Database
-from queuey.storage.sqlite.group_commit import GroupCommit
+from queuey.storage.sqlite.group_commit import GroupCommit, MessageWriter
 from queuey.storage.sqlite.schema import migrate
 from tests.support import wait_until
 
@@ -91,7 +91,8 @@ def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock)
     db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=5)
     with db.write() as conn:
         migrate(conn)
-    commits = GroupCommit(db, clock)
+    commits = GroupCommit(db)
+    posts = MessageWriter(commits, clock)
     queue = QueueMeta(application="a", name="q", partitions=2)
     real = db.writer
     db.writer = CommitFails(real)
@@ -99,13 +100,13 @@ def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock)
     outcomes = _in_one_group(
         db.write_lock,
         lambda: commits._pending,
-        [lambda b=b: commits.put(queue, b) for b in batches],
+        [lambda b=b: posts.put(queue, b) for b in batches],
     )
     _ids_or_error(outcomes, [len(b) for b in batches])
     assert all(isinstance(o, StorageUnavailable) for o in outcomes), outcomes
     # The failed group left nothing behind: the next write works and stands alone.
     db.writer = real
-    (after,) = commits.put(queue, [NewMessage('{"after": 1}', 1, 60)])
+    (after,) = posts.put(queue, [NewMessage('{"after": 1}', 1, 60)])
     assert real.execute("SELECT count(*) FROM messages").fetchone() == (1,)
     assert after.body == '{"after": 1}'
     db.close()
@@ -116,7 +117,7 @@ def test_a_caller_failing_in_the_group_leaves_the_others_stored(tmp_path, clock)
     others still get their ids, and exactly what was acknowledged is readable."""
     store = SQLiteStorage(tmp_path / "db.sqlite3", clock, sweep_interval=0)
     queue = store.create_queue(QueueMeta(application="a", name="q", partitions=3))
-    store._commits.clock = FailsOnce(clock)
+    store._posts.clock = FailsOnce(clock)
     batches = [[NewMessage('{"n": %d}' % n, 1 + n % 3, 60)] * (1 + n) for n in range(3)]
     outcomes = _in_one_group(
         store._db.write_lock,
@@ -164,14 +165,15 @@ def test_a_caller_past_its_lock_deadline_gets_the_ids_a_commit_holding_its_post_
     db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=1)
     with db.write() as conn:
         migrate(conn)
-    commits = GroupCommit(db, clock)
+    commits = GroupCommit(db)
+    posts = MessageWriter(commits, clock)
     queue = QueueMeta(application="a", name="q", partitions=2)
     slow = db.writer = CommitWaits(db.writer)
     outcomes: list = [None, None]
 
     def run(i: int) -> None:
         try:
-            outcomes[i] = commits.put(queue, [NewMessage('{"n": %d}' % i, 1, 60)])
+            outcomes[i] = posts.put(queue, [NewMessage('{"n": %d}' % i, 1, 60)])
         except Exception as exc:  # noqa: BLE001 - the outcome is what we check
             outcomes[i] = exc
 

@@ -33,7 +33,7 @@ from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite.batches import BatchDeleter, batch_delete
 from queuey.storage.sqlite.checkpoints import SqliteCheckpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
-from queuey.storage.sqlite.group_commit import GroupCommit
+from queuey.storage.sqlite.group_commit import GroupCommit, MessageWriter
 from queuey.storage.sqlite.leases import in_flight as count_in_flight
 from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
 from queuey.storage.sqlite.queues import SqliteQueues
@@ -108,8 +108,9 @@ class SQLiteStorage(SqliteQueues, SqliteCheckpoints, SqliteSchedules, Storage):
         self.dedup_window = dedup_window
         self._db = Database(self.path, busy_timeout)
         self._metadata_changes: SharedCounter | None = None
-        self._commits = GroupCommit(self._db, clock, dedup_window)
-        self._work = SqliteWorkQueue(self._db)
+        self._commits = GroupCommit(self._db)
+        self._posts = MessageWriter(self._commits, clock, dedup_window)
+        self._work = SqliteWorkQueue(self._commits)
         # A lambda, not the bound method: the sweep is looked up at each run.
         self._sweeper = Sweeper(
             lambda: self.sweep_expired(), sweep_interval, f"queuey-sqlite-sweeper {self.path}"
@@ -150,7 +151,7 @@ class SQLiteStorage(SqliteQueues, SqliteCheckpoints, SqliteSchedules, Storage):
     def put_messages(self, queue: QueueMeta, messages: Sequence[NewMessage]) -> list[Message]:
         """Store messages; concurrent callers share one commit (see :mod:`.group_commit`)."""
         self._sweeper.start()
-        return self._commits.put(queue, messages)
+        return self._posts.put(queue, messages)
 
     def read_messages(self, queue: QueueMeta, query: ReadQuery) -> list[Message]:
         """One snapshot; read again behind a fence when it returned a message

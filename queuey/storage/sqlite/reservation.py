@@ -17,7 +17,6 @@ to ``now`` and later ids are minted after it, whatever their writer's clock.
 from __future__ import annotations
 
 import heapq
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -27,7 +26,8 @@ from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
 from queuey.storage.sqlite.leases import LEASE_KEY, LEASED_MESSAGE, in_flight, new_tokens
-from queuey.storage.sqlite.schema import COLUMNS, M_COLUMNS, last_ts, row_to_message
+from queuey.storage.sqlite.group_commit import Transaction
+from queuey.storage.sqlite.schema import COLUMNS, M_COLUMNS, row_to_message
 
 #: Priorities a message may carry, highest (reserved first) first.
 PRIORITIES = range(9, -1, -1)
@@ -81,7 +81,7 @@ class _Row:
 
 
 def reserve(
-    conn: sqlite3.Connection, queue: QueueMeta, subscription: str, ask: ReserveAsk
+    txn: Transaction, queue: QueueMeta, subscription: str, ask: ReserveAsk
 ) -> tuple[list[Leased], list[DeadLetter]]:
     """Lease up to ``ask.limit`` messages inside the caller's write transaction,
     and claim the dead letters found due on the way.
@@ -89,6 +89,7 @@ def reserve(
     With ``ask.max_in_flight`` the limit shrinks to the room left under it,
     counted in this transaction: no other write runs meanwhile, so concurrent
     reservations (any thread or process) never lease past the cap."""
+    conn = txn.conn
     limit, now = ask.limit, ask.now_micros
     parts = sorted(set(ask.partitions))
     conn.execute(
@@ -111,7 +112,7 @@ def reserve(
             (queue.incarnation, subscription),
         )
     }
-    last = last_ts(conn)
+    last = txn.last_ts()
     visible = max(now, last)
     chosen: list[_Row] = []
     passed: dict[int, tuple[int, bytes]] = {}
@@ -163,7 +164,7 @@ def reserve(
         default=None,
     )
     if newest is not None and newest > last:
-        conn.execute("UPDATE state SET value = ? WHERE key = 'last_ts'", (now,))
+        txn.raise_last_ts(now)
     return leased, letters
 
 

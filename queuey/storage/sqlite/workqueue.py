@@ -1,10 +1,11 @@
 """Work queues on SQLite: reserve, ack, release, extend and reopen.
 
-Every call is one short write transaction (``BEGIN IMMEDIATE``, through
-:meth:`Database.write`), so it holds the file's write lock from its first
-statement: two reservations, in this process or another sharing the file,
-never see the same message available, and a lease is exact to the
-microsecond of the caller's clock.
+Every call is one job of a write transaction (``BEGIN IMMEDIATE``, through
+:class:`~.group_commit.GroupCommit`: calls waiting at the same time share
+one commit), so it holds the file's write lock from its first statement:
+two reservations, in this process or another sharing the file, never see
+the same message available, and a lease is exact to the microsecond of the
+caller's clock.
 
 A subscription keeps, per partition and priority, the newest message it has
 handed out (``positions``), and a ``leases`` row per message it delivered:
@@ -19,7 +20,7 @@ acked      finished by an ack (``token`` kept, so a repeated ack answers acked)
 dead       finished as dead-lettered (the claim was acked)
 ========== =================================================================
 
-:class:`SqliteWorkQueue` holds the transactions; each path is its own
+:class:`SqliteWorkQueue` hands each call to the group commit; each path is its own
 module: the reservation (:mod:`.reservation`), what a receipt's holder does
 (:mod:`.receipts`), dead letters and reopen (:mod:`.deadletters`), on the
 lease vocabulary they share (:mod:`.leases`); statistics are :mod:`.stats`.
@@ -40,20 +41,21 @@ from queuey.model import (
 )
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite import deadletters, receipts, reservation
-from queuey.storage.sqlite.database import Database
+from queuey.storage.sqlite.group_commit import GroupCommit
 
 
 class SqliteWorkQueue:
     """The work-queue half of :class:`~queuey.storage.sqlite.SQLiteStorage`:
-    each call one write transaction around its path."""
+    each call one job of the group commit, around its path."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, commits: GroupCommit) -> None:
+        self.commits = commits
 
     def reserve(self, queue: QueueMeta, subscription: str, ask: ReserveAsk) -> Reserved:
         """Lease messages and claim due dead letters (see :meth:`Storage.reserve`)."""
-        with self.db.write() as conn:
-            leased, letters = reservation.reserve(conn, queue, subscription, ask)
+        leased, letters = self.commits.run(
+            lambda txn: reservation.reserve(txn, queue, subscription, ask)
+        )
         # Receipts are made once the write lock is released.
         deliveries = [
             Delivery(message, attempts, make_receipt(message.partition, message.id, token), first)
@@ -69,27 +71,25 @@ class SqliteWorkQueue:
         answer, parsed = receipts.parse(queue, subscription, given)
         if not parsed:
             return answer
-        with self.db.write() as conn:
-            receipts.ack(conn, parsed, answer)
+        self.commits.run(lambda txn: receipts.ack(txn.conn, parsed, answer))
         return answer
 
     def release(
         self, queue: QueueMeta, subscription: str, ask: ReleaseAsk
     ) -> tuple[dict[str, ReceiptStatus], list[DeadLetter]]:
         """End leases now (see :meth:`Storage.release`)."""
-        with self.db.write() as conn:
-            return receipts.release(conn, queue, subscription, ask)
+        return self.commits.run(lambda txn: receipts.release(txn.conn, queue, subscription, ask))
 
     def extend(
         self, queue: QueueMeta, subscription: str, ask: ExtendAsk
     ) -> dict[str, ReceiptStatus]:
         """Move current leases' ends (see :meth:`Storage.extend`)."""
-        with self.db.write() as conn:
-            return receipts.extend(conn, queue, subscription, ask)
+        return self.commits.run(lambda txn: receipts.extend(txn.conn, queue, subscription, ask))
 
     def reopen(
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now: int
     ) -> int:
         """Make finished live messages available again with 0 attempts."""
-        with self.db.write() as conn:
-            return deadletters.reopen(conn, queue, subscription, refs, now)
+        return self.commits.run(
+            lambda txn: deadletters.reopen(txn.conn, queue, subscription, refs, now)
+        )
