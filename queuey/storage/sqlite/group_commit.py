@@ -195,7 +195,8 @@ class GroupCommit:
             txn.flush()
             conn.execute("COMMIT")
         except BaseException as exc:
-            self._log(exc, f"group commit of {len(jobs)} writes")
+            if not isinstance(exc, sqlite3.Error | Catalogued):
+                log.error("sqlite: group commit of %d writes failed", len(jobs), exc_info=exc)
             self.db.rollback()
             for job in jobs:
                 job.fail(failed(exc))
@@ -217,17 +218,12 @@ class GroupCommit:
             job.result = job.work(txn)
             conn.execute("RELEASE job")
         except Exception as exc:
-            self._log(exc, "a write")
+            if not isinstance(exc, sqlite3.Error | Catalogued):
+                log.error("sqlite: a write failed", exc_info=exc)
             conn.execute("ROLLBACK TO job")
             conn.execute("RELEASE job")
             txn.rollback_to(saved)
             job.fail(failed(exc))
-
-    @staticmethod
-    def _log(exc: BaseException, what: str) -> None:
-        """An unexpected failure (not SQLite's, not the service's own) is logged."""
-        if not isinstance(exc, sqlite3.Error | Catalogued):
-            log.error("sqlite: %s failed", what, exc_info=exc)
 
 
 class MessageWriter:

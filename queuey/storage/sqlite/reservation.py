@@ -25,8 +25,8 @@ from queuey.model import DeadLetter, Message, QueueMeta
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
-from queuey.storage.sqlite.leases import LEASE_KEY, LEASED_MESSAGE, in_flight, new_tokens
 from queuey.storage.sqlite.group_commit import Transaction
+from queuey.storage.sqlite.leases import LEASE_KEY, LEASED_MESSAGE, in_flight, new_tokens
 from queuey.storage.sqlite.schema import COLUMNS, M_COLUMNS, row_to_message
 
 #: Priorities a message may carry, highest (reserved first) first.
