@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from queuey import ids
-from queuey.model import DeadLetter, Message, QueueMeta
+from queuey.model import DeadLetter, QueueMeta
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ReserveAsk
 from queuey.storage.sqlite.deadletters import claim, dead_letter
@@ -62,20 +62,25 @@ _SCAN = (
 )
 _INSERT_LEASE = "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'leased', ?, ?, 1, '', ?, '')"
 
-#: A message leased: (message, attempts, token, first delivered at).
-Leased = tuple[Message, int, str, int]
+#: A message leased: (its row of :data:`.schema.COLUMNS`, attempts, token,
+#: first delivered at). The row becomes a message (:func:`.schema.row_to_message`)
+#: once the write lock is released: nothing but the lease is made under it.
+Leased = tuple[tuple, int, str, int]
+
+#: Where a row of :data:`.schema.COLUMNS` holds what a lease is keyed and ordered by.
+_ID, _TS, _PARTITION, _EXPIRES, _PRIORITY = 0, 1, 2, 4, 5
 
 
 @dataclass(slots=True, eq=False)
 class _Row:
     """A due lease (its ``state``) or a new message (``state`` None), as a
-    reservation considers it."""
+    reservation considers it: the message's row of :data:`.schema.COLUMNS`."""
 
     state: str | None
     attempts: int
     last_error: str
     tiebreak: bytes
-    message: Message
+    row: tuple
     first_at: int = 0
     generation: str = ""
 
@@ -159,8 +164,7 @@ def reserve(
     claim_until = now + queue.visibility_timeout * ids.MICROS
     letters = [_claim(conn, queue, subscription, row, claim_until) for row in dead]
     newest = max(
-        [r.message.timestamp for r in chosen if r.state is None]
-        + [ts for ts, _ in skipped.values()],
+        [r.row[_TS] for r in chosen if r.state is None] + [ts for ts, _ in skipped.values()],
         default=None,
     )
     if newest is not None and newest > last:
@@ -191,14 +195,13 @@ def _due(conn, queue, subscription, parts, limit, now):
     due: dict[int, list[_Row]] = defaultdict(list)
     dead: list[_Row] = []
     for state, attempts, last_error, first_at, generation, tb, *message in rows:
-        message = row_to_message(message)
-        row = _Row(state, attempts, last_error, tb, message, first_at, generation)
+        row = _Row(state, attempts, last_error, tb, tuple(message), first_at, generation)
         exhausted = queue.max_attempts and attempts >= queue.max_attempts
         if state == "claimed" or exhausted:
             if len(dead) < MAX_DEAD_LETTERS:
                 dead.append(row)
         else:
-            due[row.message.priority].append(row)
+            due[message[_PRIORITY]].append(row)
     return due, dead
 
 
@@ -224,21 +227,21 @@ def _new(conn, queue, parts, after, priority, need, instants, accept, skipped) -
         taken: list[_Row] = []
         walk: list[tuple[tuple[int, bytes], _Row | None]] = []
         for row in rows:
-            message = row_to_message(row[1:])
-            if accept is None or accept(message):
-                taken.append(_Row(None, 0, "", row[0], message))
-                walk.append(((message.timestamp, row[0]), taken[-1]))
+            place = (row[1 + _TS], row[0])
+            if accept is None or accept(row_to_message(row[1:])):
+                taken.append(_Row(None, 0, "", row[0], row[1:]))
+                walk.append((place, taken[-1]))
                 if len(taken) >= need:
                     break
             else:
-                walk.append(((message.timestamp, row[0]), None))
+                walk.append((place, None))
         rows.close()
         streams.append(taken)
         walks.append(walk)
     if len(streams) == 1:
         chosen = streams[0]
     else:
-        merged = heapq.merge(*streams, key=lambda r: (r.message.timestamp, r.tiebreak))
+        merged = heapq.merge(*streams, key=lambda r: (r.row[_TS], r.tiebreak))
         chosen = list(merged)[:need]
     if accept is not None:
         ids_chosen = {id(r) for r in chosen}
@@ -260,7 +263,8 @@ def _new_default(conn, queue, parts, after, need, visible, now, passed, accept) 
     priority-0 position (no priority index to maintain on every post): one
     cursor per partition, merged by id order and stepped only as far as the
     merge consumes, so a reservation reads about ``need`` rows however many
-    partitions it spans, and makes a message of only the rows it takes.
+    partitions it spans, and makes no message of the rows it takes (a filter
+    excepted: it judges messages).
     Every priority-0 row consumed is taken, so each partition's position
     may move to the last row consumed from it: rows of other priorities,
     expired ones and those a filter (``accept``) refuses are walked over
@@ -284,10 +288,9 @@ def _new_default(conn, queue, parts, after, need, visible, now, passed, accept) 
         _, _, index, row = heap[0]
         last[index] = row
         examined[index] += 1
-        if row[6] == 0 and row[5] > now:
-            message = row_to_message(row[1:])
-            if accept is None or accept(message):
-                chosen.append(_Row(None, 0, "", row[0], message))
+        if row[1 + _PRIORITY] == 0 and row[1 + _EXPIRES] > now:
+            if accept is None or accept(row_to_message(row[1:])):
+                chosen.append(_Row(None, 0, "", row[0], row[1:]))
         following = cursors[index].fetchone() if examined[index] < SCAN_LIMIT else None
         if following is None:
             heapq.heappop(heap)
@@ -307,15 +310,15 @@ def _lease(
     message's lease row goes to ``new_leases`` and its position to
     ``moved`` (the newest per partition and priority), both written once
     for the whole reservation."""
-    message = row.message
-    key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+    values = row.row
+    key = (queue.incarnation, subscription, values[_PARTITION], values[_TS], row.tiebreak)
     first = row.first_at or now
     if row.state is None:
         new_leases.append(
-            (*key, message.id.bytes, message.priority, message.expires, token, until, now)
+            (*key, values[_ID], values[_PRIORITY], values[_EXPIRES], token, until, now)
         )
-        place = (message.partition, message.priority)
-        position = (message.timestamp, row.tiebreak)
+        place = (values[_PARTITION], values[_PRIORITY])
+        position = (values[_TS], row.tiebreak)
         if place not in moved or moved[place] < position:
             moved[place] = position
         attempts = 1
@@ -326,11 +329,12 @@ def _lease(
             (token, until, first, *key),
         )
         attempts = row.attempts + 1
-    return message, attempts, token, first
+    return values, attempts, token, first
 
 
 def _claim(conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
-    message = row.message
-    key = (queue.incarnation, subscription, message.partition, message.timestamp, row.tiebreak)
+    values = row.row
+    key = (queue.incarnation, subscription, values[_PARTITION], values[_TS], row.tiebreak)
     token = claim(conn, key, until, row.last_error)
+    message = row_to_message(values)
     return dead_letter(message, row.attempts, row.last_error, token, row.generation)

@@ -42,6 +42,7 @@ from queuey.model import (
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 from queuey.storage.sqlite import deadletters, receipts, reservation
 from queuey.storage.sqlite.group_commit import GroupCommit
+from queuey.storage.sqlite.schema import row_to_message
 
 
 class SqliteWorkQueue:
@@ -56,11 +57,12 @@ class SqliteWorkQueue:
         leased, letters = self.commits.run(
             lambda txn: reservation.reserve(txn, queue, subscription, ask)
         )
-        # Receipts are made once the write lock is released.
-        deliveries = [
-            Delivery(message, attempts, make_receipt(message.partition, message.id, token), first)
-            for message, attempts, token, first in leased
-        ]
+        # Messages and receipts are made once the write lock is released.
+        deliveries = []
+        for row, attempts, token, first in leased:
+            message = row_to_message(row)
+            receipt = make_receipt(message.partition, message.id, token)
+            deliveries.append(Delivery(message, attempts, receipt, first))
         return Reserved(deliveries, letters)
 
     def ack(
