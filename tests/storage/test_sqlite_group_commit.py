@@ -88,14 +88,19 @@ def _ids_or_error(outcomes: list, sizes: list[int]) -> None:
         assert len(outcome) == size, f"a caller was answered 'stored' with {outcome!r}"
 
 
-@pytest.mark.unit
-def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock):
-    """In-process fault (the combiner alone, on a real SQLite file)."""
-    db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=5)
+def _combiner(tmp_path, clock, busy_timeout: float) -> tuple:
+    """The combiner alone on a real SQLite file: ``(database, GroupCommit, MessageWriter)``."""
+    db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=busy_timeout)
     with db.write() as conn:
         migrate(conn)
     commits = GroupCommit(db)
-    posts = MessageWriter(commits, clock)
+    return db, commits, MessageWriter(commits, clock)
+
+
+@pytest.mark.unit
+def test_a_failed_leader_commit_fails_every_caller_of_the_group(tmp_path, clock):
+    """In-process fault (the combiner alone, on a real SQLite file)."""
+    db, commits, posts = _combiner(tmp_path, clock, busy_timeout=5)
     queue = QueueMeta(application="a", name="q", partitions=2)
     real = db.writer
     db.writer = CommitFails(real)
@@ -165,11 +170,7 @@ def test_a_caller_past_its_lock_deadline_gets_the_ids_a_commit_holding_its_post_
     """A caller gives up waiting for the write lock while the leader's slow
     commit holds its post: it is not told 503 for messages being stored, but
     waits for that commit and gets its ids."""
-    db = Database(str(tmp_path / "db.sqlite3"), busy_timeout=1)
-    with db.write() as conn:
-        migrate(conn)
-    commits = GroupCommit(db)
-    posts = MessageWriter(commits, clock)
+    db, commits, posts = _combiner(tmp_path, clock, busy_timeout=1)
     queue = QueueMeta(application="a", name="q", partitions=2)
     slow = db.writer = CommitWaits(db.writer)
     outcomes: list = [None, None]

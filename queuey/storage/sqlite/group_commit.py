@@ -6,8 +6,8 @@ the write lock at the same time are served by whichever of them gets it
 first, in one transaction and one commit (:class:`GroupCommit`), each job
 under a savepoint of its own, so one caller's failure never touches
 another's; every caller returns only after the commit holding its work is
-durable. Work queues gain most: a reservation or an ack of a hundred
-receipts costs about as much in ``fsync`` as in statements.
+durable. (A process groups only its own callers; the other processes
+sharing the file wait on its lock file.)
 
 Why ids are minted inside the write transaction: SQLite serialises writers, so a
 message id taken while holding the write lock is larger than every id committed

@@ -80,7 +80,7 @@ class _Row:
     attempts: int
     last_error: str
     tiebreak: bytes
-    row: tuple
+    values: tuple
     first_at: int = 0
     generation: str = ""
 
@@ -164,7 +164,7 @@ def reserve(
     claim_until = now + queue.visibility_timeout * ids.MICROS
     letters = [_claim(conn, queue, subscription, row, claim_until) for row in dead]
     newest = max(
-        [r.row[_TS] for r in chosen if r.state is None] + [ts for ts, _ in skipped.values()],
+        [r.values[_TS] for r in chosen if r.state is None] + [ts for ts, _ in skipped.values()],
         default=None,
     )
     if newest is not None and newest > last:
@@ -241,7 +241,7 @@ def _new(conn, queue, parts, after, priority, need, instants, accept, skipped) -
     if len(streams) == 1:
         chosen = streams[0]
     else:
-        merged = heapq.merge(*streams, key=lambda r: (r.row[_TS], r.tiebreak))
+        merged = heapq.merge(*streams, key=lambda r: (r.values[_TS], r.tiebreak))
         chosen = list(merged)[:need]
     if accept is not None:
         ids_chosen = {id(r) for r in chosen}
@@ -310,7 +310,7 @@ def _lease(
     message's lease row goes to ``new_leases`` and its position to
     ``moved`` (the newest per partition and priority), both written once
     for the whole reservation."""
-    values = row.row
+    values = row.values
     key = (queue.incarnation, subscription, values[_PARTITION], values[_TS], row.tiebreak)
     first = row.first_at or now
     if row.state is None:
@@ -333,7 +333,7 @@ def _lease(
 
 
 def _claim(conn, queue, subscription, row: _Row, until: int) -> DeadLetter:
-    values = row.row
+    values = row.values
     key = (queue.incarnation, subscription, values[_PARTITION], values[_TS], row.tiebreak)
     token = claim(conn, key, until, row.last_error)
     message = row_to_message(values)
