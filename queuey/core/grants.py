@@ -6,6 +6,9 @@ capped one ``max_in_flight`` minus what is in flight (counted and reserved
 as one step per process: the reserve holds the subscription's *turn*), a
 rate-limited one the tokens its bucket has. Tokens a reserve took and did
 not use go back when it says how many it used (:meth:`Grant.done`).
+
+The same limits bound how many consumers a subscription can keep busy
+(:meth:`Grants.usable_consumers`, the gauge an autoscaler reads).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from queuey.clock import Clock
 from queuey.core.buckets import Buckets
 from queuey.ids import MICROS
 from queuey.model import QueueMeta
-from queuey.model.flow import subscription_flow
+from queuey.model.flow import SubscriptionFlow, subscription_flow
 
 
 @dataclass
@@ -121,6 +124,38 @@ class Grants:
         if taken < limit:
             reason = "rate" if taken < room else "max_in_flight"
         return Grant(taken, reason, flow.max_in_flight, finish)
+
+    def usable_consumers(
+        self,
+        queue: QueueMeta,
+        subscription: str,
+        flow: SubscriptionFlow,
+        available: int,
+        in_flight: int,
+    ) -> int:
+        """How many consumers, each working on one message, the subscription
+        can keep busy now; a consumer beyond them would only wait.
+
+        None while it is paused. Otherwise its messages to work on (available
+        plus in flight), at most ``max_in_flight``; and, while its rate binds
+        (its delivery bucket has no whole token: consumers already take every
+        message the rate lets out), the consumers holding messages now (in
+        flight, at least 1), which are as many as the rate feeds (Little's
+        law: rate times the time a message is held). A rate with tokens to
+        spare does not bind, and caps nothing."""
+        if flow.paused:
+            return 0
+        usable = available + in_flight
+        if flow.max_in_flight:
+            usable = min(usable, flow.max_in_flight)
+        if flow.rate and usable > in_flight and self._rate_binds(queue, subscription, flow):
+            usable = min(usable, max(1, in_flight))
+        return usable
+
+    def _rate_binds(self, queue: QueueMeta, subscription: str, flow: SubscriptionFlow) -> bool:
+        rate, capacity = self._scaled(flow.rate, flow.burst)
+        key = _deliver_key(queue, subscription)
+        return self.buckets.peek(queue.application, key, self._now, rate, capacity, 1) > 0
 
     def _short(self, queue: QueueMeta, grant: Grant) -> Grant:
         self.on_throttled(queue, grant.reason or "")

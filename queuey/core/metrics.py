@@ -109,6 +109,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         #: Collectors of ours, exposed beside the workers' summed metrics.
         self.custom_collectors: list[Collector] = []
+        #: Collectors that write their own text for ``/metrics`` (a
+        #: ``render() -> bytes`` each; :mod:`queuey.web.exposition`), after the rest.
+        self.text_collectors: list = []
         #: Counts per queue (:mod:`queuey.core.queuecounters`).
         self.queue_counts = QueueCounters(counters_path)
         #: Seconds for :meth:`throttled_within` (replaceable in tests).
