@@ -14,7 +14,7 @@ TEST_WORKERS ?= 4
 HARNESS := $(PY) -m harness
 
 .DEFAULT_GOAL := help
-.PHONY: help install java browser serve test test-fast lint format docs screenshots bench cassandra cassandra-cluster zookeeper services-stop clean
+.PHONY: help install java browser prometheus serve test test-fast lint format docs screenshots bench cassandra cassandra-cluster zookeeper services-stop clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -43,11 +43,22 @@ browser: ## install Debian's chromium and chromium-driver for the admin pages' b
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
 	fi
 
+prometheus: ## install Debian's prometheus (and promtool) for the alert rules' and autoscaling tests (needs root; skipped when present)
+	@if [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; then \
+		echo "prometheus: /usr/bin/prometheus and /usr/bin/promtool are installed"; \
+	elif [ "$$(id -u)" -ne 0 ]; then \
+		echo "prometheus: /usr/bin/prometheus or /usr/bin/promtool is missing, and installing them needs root:" >&2; \
+		echo "    sudo apt-get update && sudo apt-get install -y --no-install-recommends prometheus" >&2; \
+		exit 1; \
+	else \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	fi
+
 serve: $(STAMP) ## run Queuey on the embedded SQLite store at http://127.0.0.1:5000
 	$(VENV)/bin/queuey schema upgrade -c development.ini
 	$(VENV)/bin/pserve development.ini
 
-test: $(STAMP) java browser ## start Cassandra and ZooKeeper, run every test on parallel workers (TEST_WORKERS=4; the admin pages in headless Chromium too), stop them (even on failure)
+test: $(STAMP) java browser prometheus ## start Cassandra and ZooKeeper, run every test on parallel workers (TEST_WORKERS=4; the admin pages in headless Chromium, the alert rules in Prometheus too), stop them (even on failure)
 	@set -u; status=0; \
 	trap '$(HARNESS) stop-all' EXIT; \
 	$(HARNESS) cassandra start && $(HARNESS) zookeeper start || status=$$?; \
