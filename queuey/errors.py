@@ -55,6 +55,7 @@ CATALOGUE: dict[str, Entry] = _entries(
     Entry("queue_not_found", 404, "queue_name", "no queue named {exc}"),
     Entry("queue_exists", 409, "queue_name", "a queue named {exc} exists already"),
     Entry("invalid_update", 400, "partitions"),
+    Entry("message_not_found", 404, "message_id"),
     Entry("schedule_not_found", 404, "schedule", "no schedule named {exc}"),
     Entry("schedule_exists", 409, "name", "a schedule named {exc} exists already"),
     Entry("schedule_conflict", 409, "schedule"),
@@ -129,6 +130,10 @@ class StorageUnavailable(ServiceError, entry="storage_unavailable"):
 
 class QueueNotFound(ServiceError, entry="queue_not_found"):
     """The application has no queue of that name."""
+
+
+class MessageNotFound(ServiceError, entry="message_not_found"):
+    """The queue holds no live message with that id."""
 
 
 class QueueExists(ServiceError, entry="queue_exists"):

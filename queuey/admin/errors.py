@@ -77,6 +77,7 @@ PAGES: dict[str, Page] = {
     "queue_not_found": Page("No such queue", "There is no queue named {exc}."),
     "queue_exists": Page("Queue exists", "A queue named {exc} exists already."),
     "invalid_update": Page("Change refused", "Nothing was changed: {exc}."),
+    "message_not_found": Page("No such message", "{exc}."),
     "schedule_not_found": Page("No such schedule", "There is no schedule named {exc}."),
     "schedule_exists": Page("Schedule exists", "A schedule named {exc} exists already."),
     "schedule_conflict": Page("Schedule busy", "{exc}; try again."),

@@ -152,10 +152,34 @@ class Grants:
             usable = min(usable, max(1, in_flight))
         return usable
 
+    def holds(self, queue: QueueMeta, subscription: str) -> list[tuple[str, dict]]:
+        """What would keep a reserve of the subscription from leasing one
+        message now, by the rules of :meth:`grant`, taking nothing: each
+        ``(reason, values)``, ``paused``, ``max_in_flight`` (``in_flight``,
+        ``max_in_flight``) or ``rate`` (``rate``, ``retry_after`` seconds)."""
+        flow = subscription_flow(queue, subscription)
+        found: list[tuple[str, dict]] = []
+        if flow.paused:
+            found.append(("paused", {}))
+        if flow.max_in_flight and self.in_flight is not None:
+            busy = self.in_flight(queue, subscription, self.clock.now_micros())
+            if busy >= flow.max_in_flight:
+                cap = {"in_flight": busy, "max_in_flight": flow.max_in_flight}
+                found.append(("max_in_flight", cap))
+        if flow.rate:
+            wait = self._rate_wait(queue, subscription, flow)
+            if wait > 0:
+                found.append(("rate", {"rate": flow.rate, "retry_after": round(wait, 3)}))
+        return found
+
     def _rate_binds(self, queue: QueueMeta, subscription: str, flow: SubscriptionFlow) -> bool:
+        return self._rate_wait(queue, subscription, flow) > 0
+
+    def _rate_wait(self, queue: QueueMeta, subscription: str, flow: SubscriptionFlow) -> float:
+        """Seconds until the subscription's delivery bucket has a whole token."""
         rate, capacity = self._scaled(flow.rate, flow.burst)
         key = _deliver_key(queue, subscription)
-        return self.buckets.peek(queue.application, key, self._now, rate, capacity, 1) > 0
+        return self.buckets.peek(queue.application, key, self._now, rate, capacity, 1)
 
     def _short(self, queue: QueueMeta, grant: Grant) -> Grant:
         self.on_throttled(queue, grant.reason or "")

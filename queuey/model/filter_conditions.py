@@ -144,13 +144,20 @@ def matches(keys: Sequence[Key], attributes: Mapping[str, str]) -> bool:
     names, OR within one). A message with no attributes passes no filter:
     as SNS documents, ``{"exists": false}`` matches only when at least one
     attribute is present."""
+    return refusing(keys, attributes) is None
+
+
+def refusing(keys: Sequence[Key], attributes: Mapping[str, str]) -> str | None:
+    """The name of the first attribute whose conditions a message with
+    ``attributes`` fails (see :func:`matches`), ``""`` when it has no
+    attributes at all, or ``None`` when it passes."""
     if not attributes:
-        return False
+        return ""
     for key in keys:
         value = attributes.get(key.name)
         if value is None or not isinstance(value, str):
             if not key.absent:
-                return False
+                return key.name
         elif not key.holds(value):
-            return False
-    return True
+            return key.name
+    return None

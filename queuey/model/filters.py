@@ -74,6 +74,7 @@ from queuey.model.filter_conditions import (
     Range,
     matches,
     read_number,
+    refusing,
 )
 
 __all__ = [
@@ -160,6 +161,11 @@ class Filter:
     def matches(self, attributes: Mapping[str, str]) -> bool:
         """Whether a message with ``attributes`` passes; O(conditions)."""
         return matches(self._keys, attributes)
+
+    def refusing(self, attributes: Mapping[str, str]) -> str | None:
+        """Which attribute's conditions a message with ``attributes`` fails
+        (``""``: it has no attributes), or ``None`` when it passes."""
+        return refusing(self._keys, attributes)
 
     def to_json(self) -> dict[str, Any]:
         """The filter as a JSON value (a fresh copy), for answers."""

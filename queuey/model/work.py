@@ -62,6 +62,34 @@ class Reserved:
     dead_letters: list[DeadLetter]
 
 
+#: A message's states in a subscription (:class:`MessageState`).
+DeliveryStateName = Literal[
+    "new", "passed", "leased", "released", "claimed", "acked", "dead_lettered"
+]
+
+
+@dataclass(frozen=True)
+class MessageState:
+    """One live message's state in one subscription, as stored (what
+    :meth:`queuey.storage.workstore.WorkQueueStore.message_state` reads for
+    ``GET /queue/{name}/messages/{id}/explain``).
+
+    ``state``: ``new`` (never handed out: the subscription has not come to
+    it), ``passed`` (the subscription went past it without handing it out,
+    or finished it and kept no record: its filter refused it, or it was
+    acked long ago), ``leased`` (until ``visible_at``; available again
+    after), ``released`` (available again at ``visible_at``), ``claimed``
+    (being dead-lettered; the claim lapses at ``visible_at``), ``acked``,
+    ``dead_lettered``. ``attempts``: deliveries so far; ``last_error``: what
+    the last release said.
+    """
+
+    state: DeliveryStateName
+    attempts: int = 0
+    visible_at: int = 0  # microseconds
+    last_error: str = ""
+
+
 @dataclass(frozen=True)
 class SubscriptionStats:
     subscription: str

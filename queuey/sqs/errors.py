@@ -140,6 +140,7 @@ REFUSALS: dict[str, Refusal] = {
     ),
     "queue_exists": Refusal("QueueNameExists", "A queue named {exc} exists already."),
     "invalid_update": Refusal("InvalidAttributeValue"),
+    "message_not_found": Refusal("InvalidParameterValue"),
     "schedule_not_found": Refusal("ResourceNotFoundException", "No schedule named {exc}."),
     "schedule_exists": Refusal("InvalidParameterValue", "A schedule named {exc} exists already."),
     "schedule_conflict": Refusal("ServiceUnavailable"),

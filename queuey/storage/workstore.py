@@ -9,7 +9,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from queuey.model import DeadLetter, MessageRef, QueueMeta, QueueStats, ReceiptStatus, Reserved
+from queuey.model import (
+    DeadLetter,
+    Message,
+    MessageRef,
+    MessageState,
+    QueueMeta,
+    QueueStats,
+    ReceiptStatus,
+    Reserved,
+)
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
 
 
@@ -166,6 +175,14 @@ class WorkQueueStore(abc.ABC):
         ``subscription`` with an attempt count of 0 (redrive), each with a new
         :attr:`DeadLetter.generation`. Messages that are gone, not finished or
         unknown are skipped. Idempotent; returns how many were reopened."""
+
+    @abc.abstractmethod
+    def message_state(
+        self, queue: QueueMeta, subscription: str, message: Message, now_micros: int
+    ) -> MessageState:
+        """The live ``message``'s state in ``subscription`` as stored (its
+        lease, release, claim or end, else whether the subscription has come
+        to it): what ``explain`` starts from. One read; changes nothing."""
 
     @abc.abstractmethod
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:

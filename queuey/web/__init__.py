@@ -16,6 +16,7 @@ ROUTES = [
     ("queue_subscription_resume", "/queue/{name}/subscriptions/{subscription}/resume", _QUEUE),
     ("queue_redrive", "/queue/{name}/redrive", _QUEUE),
     ("queue_messages", "/queue/{name}/messages/{ids}", _QUEUE),
+    ("queue_message_explain", "/queue/{name}/messages/{message}/explain", _QUEUE),
     ("queue_checkpoints", "/queue/{name}/checkpoints/{consumer}", _QUEUE),
     ("schedules", "/schedules", None),
     ("schedule", "/schedules/{schedule}", None),

@@ -25,6 +25,7 @@ from queuey.web.schemas import SubscriptionSettings
 from queuey.wire import (
     AckAnswer,
     CheckpointsAnswer,
+    ExplainAnswer,
     ExtendAnswer,
     Heartbeat,
     Messages,
@@ -45,7 +46,7 @@ ERRORS = {
     401: "missing or unknown application; missing or wrong key (also for a queue "
     "that does not exist, when the caller may not read private queues)",
     403: "right key from an address outside the application's allowlist",
-    404: "no such queue (or schedule, on /schedules)",
+    404: "no such queue (or schedule, on /schedules; or live message, on explain)",
     405: "method not allowed here; see Allow",
     409: "a queue (or schedule) of that name exists; a schedule changed meanwhile",
     413: "the body, a message or the batch is too large",
@@ -177,6 +178,9 @@ OPERATIONS: tuple[Operation, ...] = (
     _O("queue_messages", "get", "messages.get_messages", "Get messages by id", Messages,
        caller="reader"),
     _O("queue_messages", "delete", "messages.delete_messages", "Delete messages by id", Ok),
+    _O("queue_message_explain", "get", "workqueue.explain",
+       "Whether a message is handed out to a subscription now and, if not, every reason",
+       ExplainAnswer, QUEUE_ERRORS, caller="reader", query="explain"),
     _O("queue_checkpoints", "get", "checkpoints.get_checkpoints",
        "How far a consumer processed each partition", CheckpointsAnswer),
     _O("queue_checkpoints", "put", "checkpoints.set_checkpoints", "Record checkpoints",

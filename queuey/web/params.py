@@ -24,6 +24,7 @@ from queuey.model.flow import GROUP_PATTERN
 from queuey.web.schemas import (
     CONSUMER_PATTERN,
     DEAD_LETTER_PATTERN,
+    MESSAGE_REF_PATTERN,
     MESSAGE_REFS_PATTERN,
     PARTITIONS_PATTERN,
     PATH_PARAMS,
@@ -87,6 +88,7 @@ PATTERN_WORDS = {
     CONSUMER_PATTERN: "must match [A-Za-z0-9_.-]{1,100}",
     PARTITIONS_PATTERN: "must be a comma list of partition numbers, e.g. 1,3",
     MESSAGE_REFS_PATTERN: "must be a comma list of [partition:]message_id",
+    MESSAGE_REF_PATTERN: "must be [partition:]message_id",
     DEAD_LETTER_PATTERN: "must be a queue name (1 to 50 letters, digits, '_' or '-') or empty",
     GROUP_PATTERN: GROUP_WORDS,
 }

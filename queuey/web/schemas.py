@@ -61,6 +61,7 @@ PARTITION_PATTERN = r"[1-9][0-9]{0,2}"
 PARTITIONS_PATTERN = rf"^{PARTITION_PATTERN}(,{PARTITION_PATTERN})*$"
 _ID = ids.MESSAGE_ID_PATTERN.strip("^$")
 MESSAGE_REFS_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}(,({PARTITION_PATTERN}:)?{_ID})*$"
+MESSAGE_REF_PATTERN = rf"^({PARTITION_PATTERN}:)?{_ID}$"
 #: Messages of the errors a static schema cannot foresee: rules about the
 #: queue's current state, and rules across two parameters. A fuzzer that only
 #: knows the schema may see these 400s for schema-valid input.
@@ -280,6 +281,10 @@ class Extend(Receipts):
     visibility_timeout: VisibilityTimeout = Field(description="the leases end this long from now")
 
 
+class Explain(Model):
+    subscription: Subscription = "default"
+
+
 class Redrive(Model):
     limit: Integer(1, MAX_READ, description="most dead letters moved") = MAX_READ
 
@@ -334,6 +339,7 @@ class Models:
     release: type[Model] = Release
     extend: type[Model] = Extend
     redrive: type[Model] = Redrive
+    explain: type[Model] = Explain
 
 
 # -- path parameters ----------------------------------------------------------------
@@ -343,6 +349,11 @@ PATH_PARAMS: dict[str, dict[str, Any]] = {
         "type": "string",
         "pattern": MESSAGE_REFS_PATTERN,
         "description": "comma list of [partition:]message_id (partition defaults to 1)",
+    },
+    "message": {
+        "type": "string",
+        "pattern": MESSAGE_REF_PATTERN,
+        "description": "[partition:]message_id (without a partition: every partition)",
     },
     "consumer": {"type": "string", "pattern": CONSUMER_PATTERN},
     "subscription": {"type": "string", "pattern": SUBSCRIPTION_PATTERN},

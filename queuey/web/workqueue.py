@@ -1,4 +1,5 @@
-"""Work-queue routes: reserve (with long polling), ack, release, extend, stats, redrive.
+"""Work-queue routes: reserve (with long polling), ack, release, extend, stats,
+redrive, and explain (why a message is or is not handed out).
 
 The views validate and answer; :mod:`queuey.core.workqueues` does the work (leases
 through storage, dead letters, redrive) and :mod:`queuey.core.longpoll` bounds
@@ -7,11 +8,22 @@ the waiting.
 
 from __future__ import annotations
 
+from queuey import ids
+from queuey.core.explain import explain as explain_message
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
-from queuey.web.params import form_or_json, json_body, validate
+from queuey.web.params import (
+    InvalidParameters,
+    form_or_json,
+    json_body,
+    path_param,
+    query,
+    validate,
+)
 from queuey.web.responses import deliveries_response, ok, shown
 from queuey.wire import (
+    ExplainAnswer,
+    ExplainReason,
     PartitionStatsAnswer,
     RedriveAnswer,
     StatsAnswer,
@@ -108,3 +120,43 @@ def redrive(request):
     return ok(
         **shown(RedriveAnswer, result, skipped=len(result.skipped), skipped_messages=result.skipped)
     )
+
+
+def explain(request):
+    meta = request.context.meta
+    params = validate(request.models.explain, query(request))
+    partition_text, _, id_text = path_param(request, "message").rpartition(":")
+    partition = int(partition_text) if partition_text else None
+    if partition is not None and partition > meta.partitions:
+        raise InvalidParameters(
+            {"message": f"partition {partition} is not between 1 and {meta.partitions}"}
+        )
+    found = explain_message(
+        request.storage,
+        request.services.flow.grants,
+        meta,
+        params.subscription,
+        ids.parse_message_id(id_text),
+        partition,
+        request.clock.now_micros(),
+    )
+    reasons = [
+        shown(ExplainReason, reason, until_timestamp=_seconds(reason.until))
+        for reason in found.reasons
+    ]
+    message = found.message
+    return ok(
+        **shown(
+            ExplainAnswer,
+            found,
+            message_id=found.message_id.hex,
+            partition=message.partition if message else None,
+            deliverable=found.deliverable,
+            expires_timestamp=_seconds(message.expires if message else None),
+            reasons=reasons,
+        )
+    )
+
+
+def _seconds(micros: int | None) -> float | None:
+    return None if micros is None else ids.micros_to_seconds(micros)

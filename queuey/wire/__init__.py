@@ -8,6 +8,7 @@ depends on the vocabulary (:mod:`queuey.model`, :mod:`queuey.ids`,
 """
 
 from queuey.wire.errors import Error, Ok
+from queuey.wire.explain import ExplainAnswer, ExplainReason
 from queuey.wire.message import (
     AckAnswer,
     CheckpointsAnswer,
@@ -33,6 +34,8 @@ __all__ = [
     "CheckpointsAnswer",
     "Consistency",
     "Error",
+    "ExplainAnswer",
+    "ExplainReason",
     "ExtendAnswer",
     "Failed",
     "Heartbeat",

@@ -28,6 +28,7 @@ from queuey.model import (
     Message,
     MessagePage,
     MessageRef,
+    MessageState,
     NewMessage,
     QueueMeta,
     QueueStats,
@@ -320,6 +321,12 @@ class CassandraStorage(CassandraSchedules, CassandraFlow, Storage):
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
     ) -> int:
         return self._work.reopen(self._connection(), queue, subscription, refs, now_micros)
+
+    @boundary("message state")
+    def message_state(
+        self, queue: QueueMeta, subscription: str, message: Message, now_micros: int
+    ) -> MessageState:
+        return self._work.message_state(self._connection(), queue, subscription, message)
 
     @boundary("stats")
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:

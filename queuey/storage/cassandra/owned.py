@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 from queuey.errors import StorageUnavailable
 from queuey.model import (
     DeadLetter,
+    Message,
     MessageRef,
+    MessageState,
     QueueMeta,
     QueueStats,
     ReceiptStatus,
@@ -234,6 +236,13 @@ class OwnedWorkQueue:
         call to a peer."""
         self._start(c)
         return self.local.in_flight(c, queue, sub, now)
+
+    def message_state(
+        self, c: Connection, queue: QueueMeta, sub: str, message: Message
+    ) -> MessageState:
+        """As :meth:`in_flight` reads: no call to a peer."""
+        self._start(c)
+        return self.local.message_state(c, queue, sub, message)
 
     def live_processes(self, connect: Callable[[], Connection]) -> int | None:
         """The live members (:meth:`.ownership.Ownership.live_members`). A

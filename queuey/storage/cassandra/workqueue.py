@@ -23,7 +23,9 @@ from dataclasses import replace
 
 from queuey.model import (
     DeadLetter,
+    Message,
     MessageRef,
+    MessageState,
     QueueMeta,
     QueueStats,
     ReceiptStatus,
@@ -33,13 +35,32 @@ from queuey.model import (
 )
 from queuey.model.subscriptions import accepts
 from queuey.storage.asks import ExtendAsk, ReleaseAsk, ReserveAsk
-from queuey.storage.cassandra.leases import FINISHED, GONE, RELEASED, LeaseState, Slot
+from queuey.storage.cassandra.leases import (
+    ACKED,
+    CLAIMED,
+    DEAD,
+    FINISHED,
+    GONE,
+    LEASED,
+    RELEASED,
+    LeaseState,
+    Slot,
+)
 from queuey.storage.cassandra.ownedtable import OwnedTable
 from queuey.storage.cassandra.reservation import ReserveCall
 from queuey.storage.cassandra.rounds import change_partitions
 from queuey.storage.cassandra.statements import Connection
 from queuey.storage.cassandra.workstats import in_flight as count_in_flight
 from queuey.storage.cassandra.workstats import queue_stats
+
+#: A slot's state as :class:`~queuey.model.MessageState` names it.
+_STATE_NAMES = {
+    LEASED: "leased",
+    RELEASED: "released",
+    CLAIMED: "claimed",
+    ACKED: "acked",
+    DEAD: "dead_lettered",
+}
 
 
 class CassandraWorkQueue:
@@ -213,6 +234,19 @@ class CassandraWorkQueue:
                     state.reopen(Slot(number, mid, msg.priority, "", "", 0, 0), now)
                     reopened += 1
         return reopened
+
+    def message_state(
+        self, c: Connection, queue: QueueMeta, sub: str, message: Message
+    ) -> MessageState:
+        """The message's slot in ``sub`` as the stats see it (in memory where
+        owned here, else as last made durable); without one, whether the
+        position of its priority has passed it."""
+        state = self.table.read(c, queue, sub, [message.partition])[message.partition]
+        slot = state.by_message.get(message.id)
+        if slot is None or slot.state == GONE:
+            return MessageState("passed" if state.behind(message.priority, message.id) else "new")
+        name = _STATE_NAMES[slot.state]
+        return MessageState(name, slot.attempts, slot.visible_at, slot.last_error)
 
     def stats(self, c: Connection, queue: QueueMeta, now: int) -> QueueStats:
         return queue_stats(self.table, c, queue, now)

@@ -21,6 +21,7 @@ from queuey.model import (
     DeadLetter,
     Message,
     MessageRef,
+    MessageState,
     NewMessage,
     QueueMeta,
     QueueStats,
@@ -35,6 +36,7 @@ from queuey.storage.sqlite.checkpoints import SqliteCheckpoints
 from queuey.storage.sqlite.database import Database, SharedCounter
 from queuey.storage.sqlite.group_commit import GroupCommit, MessageWriter
 from queuey.storage.sqlite.leases import in_flight as count_in_flight
+from queuey.storage.sqlite.leases import message_state as read_message_state
 from queuey.storage.sqlite.messages import delete_by_refs, fence, get_by_refs, read_snapshot
 from queuey.storage.sqlite.queues import SqliteQueues
 from queuey.storage.sqlite.schedules import SqliteSchedules
@@ -220,6 +222,11 @@ class SQLiteStorage(SqliteQueues, SqliteCheckpoints, SqliteSchedules, Storage):
         self, queue: QueueMeta, subscription: str, refs: Sequence[MessageRef], now_micros: int
     ) -> int:
         return self._work.reopen(queue, subscription, refs, now_micros)
+
+    def message_state(
+        self, queue: QueueMeta, subscription: str, message: Message, now_micros: int
+    ) -> MessageState:
+        return self._db.read(lambda conn: read_message_state(conn, queue, subscription, message))
 
     def stats(self, queue: QueueMeta, now_micros: int) -> QueueStats:
         """Exact counts from one read snapshot (:mod:`.stats`)."""

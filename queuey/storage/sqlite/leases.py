@@ -13,7 +13,7 @@ import sqlite3
 import uuid
 
 from queuey import ids
-from queuey.model import Message, QueueMeta
+from queuey.model import Message, MessageState, QueueMeta
 from queuey.storage.sqlite.schema import COLUMNS, MESSAGE_KEY, row_to_message, tiebreak
 
 LEASE_KEY = "incarnation = ? AND subscription = ? AND partition = ? AND ts = ? AND tiebreak = ?"
@@ -68,3 +68,34 @@ def in_flight(conn: sqlite3.Connection, queue: QueueMeta, subscription: str, now
     count, not with the queue."""
     args = (queue.incarnation, subscription, now, now)
     return conn.execute(_IN_FLIGHT, args).fetchone()[0]
+
+
+#: A lease row's state as :class:`~queuey.model.MessageState` names it.
+_STATE_NAMES = {
+    "leased": "leased",
+    "released": "released",
+    "claimed": "claimed",
+    "acked": "acked",
+    "dead": "dead_lettered",
+}
+
+
+def message_state(
+    conn: sqlite3.Connection, queue: QueueMeta, subscription: str, message: Message
+) -> MessageState:
+    """The message's lease row in ``subscription``; without one, whether the
+    subscription's position of its priority has passed it
+    (:meth:`queuey.storage.workstore.WorkQueueStore.message_state`)."""
+    key = lease_key(queue, subscription, message.partition, message.id)
+    row = conn.execute(
+        f"SELECT state, attempts, visible_at, last_error FROM leases WHERE {LEASE_KEY}", key
+    ).fetchone()
+    if row is not None:
+        return MessageState(_STATE_NAMES[row[0]], row[1], row[2], row[3])
+    position = conn.execute(
+        "SELECT ts, tiebreak FROM positions WHERE incarnation = ? AND subscription = ? "
+        "AND partition = ? AND priority = ?",
+        (queue.incarnation, subscription, message.partition, message.priority),
+    ).fetchone()
+    behind = position is not None and (key[3], key[4]) <= (position[0], position[1])
+    return MessageState("passed" if behind else "new")
