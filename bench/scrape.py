@@ -1,14 +1,17 @@
 """What a Prometheus scrape costs on a node watching many queues.
 
     python bench/scrape.py [--backend sqlite|cassandra|both] [--queues 1000]
-                           [--messages 10] [--scrapes 50]
+                           [--messages 10] [--subscriptions 5] [--scrapes 50]
 
 For each backend: one ``pserve`` process (the settings of ``bench/api.py``,
 default ``queuey.stats.*``), ``--queues`` queues of 2 partitions holding
-``--messages`` messages each. The node's refresher runs from its start; the
-benchmark waits, from the end of the fill, until every queue has its gauges
-(how long the refresher took to measure them all), then times ``--scrapes`` scrapes of ``/metrics``
-one after another and reports the median and 95th percentile latency, the
+``--messages`` messages each, read by ``--subscriptions`` work-queue
+subscriptions each (one reserve of one message names each into being, so
+each has messages available and one in flight). The node's refresher runs
+from its start; the benchmark waits, from the end of the fill, until every
+queue and every subscription has its gauges (how long the refresher took to
+measure them all), then times ``--scrapes`` scrapes of ``/metrics`` one
+after another and reports the median and 95th percentile latency, the
 server CPU per scrape and the exposition's size. It also reports the CPU the
 refresher costs the idle node per minute. Prints one JSON object on stdout.
 Not a test: compare medians.
@@ -33,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from bench.api import Server, request  # noqa: E402
 
 SERIES = "queuey_queue_depth{"
+SUBSCRIPTION_SERIES = "queuey_subscription_available{"
 
 
 def log(message: str) -> None:
@@ -75,7 +79,7 @@ def request_counts(port: int) -> dict[str, float]:
     return {kind: float(value) for kind, value in REQUESTS.findall(body.decode())}
 
 
-def fill(port: int, queues: int, messages: int) -> None:
+def fill(port: int, queues: int, messages: int, subscriptions: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     batch = json.dumps({"messages": [{"body": {"n": n}} for n in range(messages)]})
     run = uuid.uuid4().hex[:6]  # the Cassandra keyspace outlives a run
@@ -90,6 +94,11 @@ def fill(port: int, queues: int, messages: int) -> None:
             status, data = request(conn, "POST", f"/queue/{name}/batch", batch)
             if status != 201:
                 raise RuntimeError(f"post {name}: {status} {data[:200]!r}")
+        for s in range(subscriptions):
+            reserve = json.dumps({"subscription": f"sub-{s}", "limit": 1})
+            status, data = request(conn, "POST", f"/queue/{name}/reserve", reserve)
+            if status != 200:
+                raise RuntimeError(f"reserve {name}: {status} {data[:200]!r}")
     conn.close()
 
 
@@ -98,13 +107,17 @@ def run_backend(backend: str, args) -> dict:
         server = Server(backend, Path(tmp))
         try:
             started = time.monotonic()
-            fill(server.port, args.queues, args.messages)
+            fill(server.port, args.queues, args.messages, args.subscriptions)
             log(f"{backend}: {args.queues} queues filled in {time.monotonic() - started:.1f}s")
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
             started = time.monotonic()
             while True:
                 _, body = scrape(conn)
-                if body.count(SERIES.encode()) >= args.queues:
+                subscriptions = body.count(SUBSCRIPTION_SERIES.encode())
+                if (
+                    body.count(SERIES.encode()) >= args.queues
+                    and subscriptions >= args.queues * args.subscriptions
+                ):
                     break
                 if time.monotonic() - started > 900:
                     raise TimeoutError("the refresher did not measure every queue in 15 min")
@@ -134,6 +147,8 @@ def run_backend(backend: str, args) -> dict:
                 "server_cpu_ms_per_scrape": round(cpu_per_scrape * 1000, 2),
                 "exposition_bytes": len(body),
                 "queue_series": body.count(SERIES.encode()),
+                "subscriptions_per_queue": args.subscriptions,
+                "subscription_series": body.count(SUBSCRIPTION_SERIES.encode()),
                 "refresher_cpu_seconds_per_minute_idle": round(idle_cpu, 2),
             }
         finally:
@@ -145,6 +160,7 @@ def main() -> int:
     parser.add_argument("--backend", choices=["sqlite", "cassandra", "both"], default="both")
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--subscriptions", type=int, default=5)
     parser.add_argument("--scrapes", type=int, default=50)
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU sampling")
     args = parser.parse_args()

@@ -12,6 +12,7 @@ these collectors write after prometheus_client's output.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from prometheus_client.utils import floatToGoString
@@ -31,26 +32,31 @@ def label_set(names: Sequence[str], values: Iterable[str]) -> str:
 
 
 def sample_value(value: float) -> str:
-    """A value as prometheus_client writes it (``7.0``, ``0.25``, ``+Inf``)."""
+    """A value as the text format reads it: a count as prometheus_client
+    writes it (``7.0``), any other finite number as Python writes it
+    (``0.25``, ``1e+16``: Prometheus parses both), ``+Inf``, ``-Inf``, ``NaN``."""
     if type(value) is int:
         return f"{value}.0"
+    if math.isfinite(value):
+        return repr(float(value))
     return floatToGoString(value)
 
 
 class GaugeText:
-    """One gauge family: its ``# HELP`` and ``# TYPE`` lines, then a line per series."""
+    """One gauge family: its ``# HELP`` and ``# TYPE`` lines, then a line per
+    series (``lines``, which a caller with many series may extend itself)."""
 
     def __init__(self, name: str, text: str) -> None:
         self.name = name
         help_text = text.replace("\\", "\\\\").replace("\n", "\\n")
-        self._lines = [f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"]
+        self.lines = [f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"]
 
     def add(self, labels: str, value: float) -> None:
         """A series: ``labels`` from :func:`label_set` ("" for none)."""
-        self._lines.append(f"{self.name}{labels} {sample_value(value)}\n")
+        self.lines.append(f"{self.name}{labels} {sample_value(value)}\n")
 
     def text(self) -> str:
-        return "".join(self._lines)
+        return "".join(self.lines)
 
 
 def render(families: Iterable[GaugeText]) -> bytes:
