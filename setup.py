@@ -14,6 +14,7 @@ REQUIRES = [
     "cassandra-driver>=3.29,<4",
     "kazoo>=2.10,<3",
     "requests>=2.31,<3",
+    "httpx>=0.28,<1",  # the asyncio client (queuey.client.aio): httpx.AsyncClient
     "prometheus_client>=0.20,<1",
     "pydantic>=2.7,<3",
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
@@ -37,6 +38,7 @@ TEST_REQUIRES = SPARK_REQUIRES + [
     "boto3>=1.40,<2",  # tests/sqs: the SQS endpoint driven by real AWS clients
     "awscli>=1.42,<2",
     "selenium>=4.20,<5",  # tests/admin: the admin pages in headless Chromium
+    "celery[sqs]>=5.4,<6",  # tests/sqs/test_celery.py: a Celery worker on the SQS endpoint
 ]
 DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",

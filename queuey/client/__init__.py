@@ -3,6 +3,9 @@
 ``QueueyClient`` talks to the HTTP API (:mod:`~queuey.client.http`, its
 retries in :mod:`~queuey.client.retry`, its answers in
 :mod:`~queuey.client.models` and :mod:`~queuey.client.errors`);
+``AsyncQueueyClient`` makes the same calls from asyncio, awaited, with the
+same answers and errors (:mod:`~queuey.client.aio`: each call is described
+once, in :mod:`~queuey.client.answers`, and sent by either);
 ``ConsumerGroup`` divides a group's queue partitions among its live members
 through ZooKeeper and keeps each partition's checkpoint there
 (:mod:`~queuey.client.consumergroup`, with :mod:`~queuey.client.member`,
@@ -20,6 +23,7 @@ calls in :mod:`~queuey.client.schedules`, the flow-control calls (``flow``,
 in a local file until the service acknowledges them (:mod:`~queuey.client.spool`).
 """
 
+from queuey.client.aio import AsyncQueueyClient
 from queuey.client.assignment import assign
 from queuey.client.checkpoint import Checkpoint
 from queuey.client.consumergroup import ConsumerGroup, GroupStats
@@ -59,6 +63,7 @@ from queuey.client.spoolsend import Rejected
 from queuey.client.worker import ReserveStats, ReserveWorker, Worker, WorkerConfig, WorkerStats
 
 __all__ = [
+    "AsyncQueueyClient",
     "BadRequest",
     "BadSpoolFile",
     "Checkpoint",

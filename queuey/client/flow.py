@@ -1,7 +1,9 @@
 """The client's flow-control calls: read, change, pause and resume (docs/flow.rst).
 
-Mixed into :class:`~queuey.client.http.QueueyClient`; they go through its
-``_request``, so they fail over between API nodes and retry like every call.
+Mixed into both clients (:class:`~queuey.client.http.QueueyClient` and
+:class:`~queuey.client.aio.AsyncQueueyClient`); each describes its call
+(:func:`~queuey.client.answers.call`), which the client sends, so they fail
+over between API nodes and retry like every call.
 Each is safe to repeat: a ``PUT`` sets the values given, and pausing (or
 resuming) twice has the effect of once.
 
@@ -16,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from queuey.client.models import HostCalls, known
+from queuey.client.answers import Call, Calls, call
+from queuey.client.models import known
 from queuey.client.models import path_segment as _q
 from queuey.model.flow import fields_of
 from queuey.model.flowfield import FlowField, FlowRecord
@@ -79,51 +82,71 @@ class FlowInfo:
         return self.subscriptions.get(name, SubscriptionFlow())
 
 
-class FlowCalls(HostCalls):
+class FlowCalls(Calls):
     """Flow settings of queues (``/queue/{name}``) and subscriptions
     (``/queue/{name}/subscriptions/{subscription}``)."""
 
-    def flow(self, queue: str) -> FlowInfo:
+    @call
+    def flow(self, queue: str) -> Call[FlowInfo]:
         """The queue's flow settings and its subscriptions'."""
-        return FlowInfo.from_json(self._request("GET", f"/queue/{_q(queue)}/info").get("flow"))
+        return Call("GET", f"/queue/{_q(queue)}/info", _flow_info)
 
-    def set_queue_flow(self, queue: str, **fields: Any) -> FlowInfo:
+    @call
+    def set_queue_flow(self, queue: str, **fields: Any) -> Call[FlowInfo]:
         """Change the queue's flow settings named (:class:`QueueFlow`'s
         attributes: ``post_rate``, ``max_length``...); the others stay.
         ``0``, ``None`` or ``False`` turns a limit off. A refused value raises
         :class:`~queuey.client.errors.BadRequest` naming it."""
         body = known(fields, (f.name for f in QueueFlow.fields()), "flow setting")
-        answer = self._request("PUT", f"/queue/{_q(queue)}", json=body)
-        return FlowInfo.from_json(answer.get("flow"))
+        return Call("PUT", f"/queue/{_q(queue)}", _flow_info, json=body)
 
+    @call
     def set_subscription_flow(
         self, queue: str, subscription: str, **fields: Any
-    ) -> SubscriptionFlow:
+    ) -> Call[SubscriptionFlow]:
         """Change ``subscription``'s flow settings named (:class:`SubscriptionFlow`'s
         attributes: ``rate``, ``max_in_flight``...); the others and its filter stay."""
         body = known(fields, (f.name for f in SubscriptionFlow.fields()), "flow setting")
         if not body:
             raise TypeError("give at least one flow setting")  # an empty body sets the filter
         path = f"/queue/{_q(queue)}/subscriptions/{_q(subscription)}"
-        return SubscriptionFlow.from_json(self._request("PUT", path, json=body).get("flow") or {})
+        return Call("PUT", path, _subscription_flow, json=body)
 
-    def pause(self, queue: str, subscription: str | None = None) -> QueueFlow | SubscriptionFlow:
+    @call
+    def pause(
+        self, queue: str, subscription: str | None = None
+    ) -> Call[QueueFlow | SubscriptionFlow]:
         """Pause the queue's posts (they are refused, 503), or with
         ``subscription`` that subscription's deliveries (reserves get nothing;
         leases already out stay valid). The settings of what was paused."""
-        return self._paused(queue, subscription, "pause")
+        return _paused(queue, subscription, "pause")
 
-    def resume(self, queue: str, subscription: str | None = None) -> QueueFlow | SubscriptionFlow:
+    @call
+    def resume(
+        self, queue: str, subscription: str | None = None
+    ) -> Call[QueueFlow | SubscriptionFlow]:
         """Lift :meth:`pause`; long polls waiting on the queue are woken."""
-        return self._paused(queue, subscription, "resume")
+        return _paused(queue, subscription, "resume")
 
-    def _paused(
-        self, queue: str, subscription: str | None, action: str
-    ) -> QueueFlow | SubscriptionFlow:
-        path = f"/queue/{_q(queue)}"
-        if subscription is not None:
-            path += f"/subscriptions/{_q(subscription)}"
-        flow = self._request("POST", f"{path}/{action}", repeatable=True).get("flow")
-        if subscription is None:
-            return FlowInfo.from_json(flow).queue
-        return SubscriptionFlow.from_json(flow or {})
+
+def _flow_info(answer: Mapping[str, Any]) -> FlowInfo:
+    return FlowInfo.from_json(answer.get("flow"))
+
+
+def _subscription_flow(answer: Mapping[str, Any]) -> SubscriptionFlow:
+    return SubscriptionFlow.from_json(answer.get("flow") or {})
+
+
+def _queue_flow(answer: Mapping[str, Any]) -> QueueFlow:
+    return _flow_info(answer).queue
+
+
+def _paused(
+    queue: str, subscription: str | None, action: str
+) -> Call[QueueFlow | SubscriptionFlow]:
+    path = f"/queue/{_q(queue)}"
+    parse: Any = _queue_flow
+    if subscription is not None:
+        path += f"/subscriptions/{_q(subscription)}"
+        parse = _subscription_flow
+    return Call("POST", f"{path}/{action}", parse, repeatable=True)

@@ -1,5 +1,10 @@
 """The HTTP client: one object per application, talking to one or more API nodes.
 
+:class:`BaseClient` holds both clients' settings and every call, described once
+(:class:`~queuey.client.answers.Call`); :class:`QueueyClient` sends them with
+requests, :class:`~queuey.client.aio.AsyncQueueyClient` with httpx, by the
+rules below (the asyncio client repeats ``503`` itself where urllib3 does).
+
 :class:`QueueyClient` holds a pooled :class:`requests.Session` and a list of
 API node URLs. Each request has its own timeout. On one node, idempotent
 calls are retried by urllib3 as :mod:`queuey.client.retry` describes (on
@@ -31,7 +36,6 @@ whether and when to post again (``retry_after``).
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,8 +46,15 @@ from urllib.parse import quote
 import requests
 from requests.adapters import HTTPAdapter
 
-from queuey.client.answers import decode, never_sent, paused, sent_and_failed
-from queuey.client.errors import Unavailable
+from queuey.client.answers import (
+    Attempts,
+    Call,
+    Reply,
+    call,
+    nothing,
+    requests_failure,
+    unchanged,
+)
 from queuey.client.flow import FlowCalls
 from queuey.client.models import (
     OutgoingMessage,
@@ -55,26 +66,20 @@ from queuey.client.models import (
     timestamp_param,
 )
 from queuey.client.models import path_segment as _q
-from queuey.client.retry import IDEMPOTENT, RETRY_STATUSES, ClientRetry, retry_after, retry_wait
+from queuey.client.retry import IDEMPOTENT, ClientRetry
 from queuey.client.schedules import ScheduleCalls
 from queuey.client.workqueue import WorkQueueCalls
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
 
-log = logging.getLogger(__name__)
 
+class BaseClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
+    """Both clients' settings (see :class:`QueueyClient`) and calls.
 
-class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
-    """A client of one Queuey application, talking to one or more API nodes.
-
-    ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a
-    list); requests start at the first and move to the next on failure.
-    ``key``: the application key, needed for every method but reads of
-    public queues. ``retries``: how many times one call is retried on a node,
-    and how many times it fails over (:mod:`queuey.client.retry`).
-    ``auto_dedup``: give every posted message without a ``dedup_id`` a random
-    one, so that posts are retried like reads (see the module doc); with
-    ``False`` a post without a ``dedup_id`` is never sent twice.
+    A subclass opens its transport in ``_open()``, sends calls with
+    ``_send(call)`` and walks pages with ``_paged(page, after, cursor)``: every
+    item of the pages of the calls ``page(cursor)``, for the first cursor and
+    each that ``after(page)`` names, until it names None.
     """
 
     def __init__(
@@ -93,7 +98,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
             urls = as_list(urls)
         self.urls = [u.rstrip("/") for u in urls]
         if not self.urls:
-            raise ValueError("QueueyClient needs at least one URL")
+            raise ValueError(f"{type(self).__name__} needs at least one URL")
         self.application = application
         self.key = key
         self.timeout = timeout
@@ -102,31 +107,21 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         self.max_backoff = max_backoff
         self.auto_dedup = auto_dedup
         self._current = 0
-        self._sleep = time.sleep
-        self.session = requests.Session()
-        retry = ClientRetry.policy(self.retries, backoff, max_backoff, pause=self._pause)
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=retry)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.headers["X-Application-Name"] = application
-        self.session.headers["Accept"] = "application/json"
-        if key is not None:
-            self.session.headers["ApplicationKey"] = key
+        self._open()
 
-    def close(self) -> None:
-        self.session.close()
-
-    def __enter__(self) -> QueueyClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def headers(self) -> dict[str, str]:
+        """What every request carries: the application, its key, ``Accept``."""
+        headers = {"X-Application-Name": self.application, "Accept": "application/json"}
+        if self.key is not None:
+            headers["ApplicationKey"] = self.key
+        return headers
 
     def __repr__(self) -> str:
-        return f"QueueyClient({self.urls!r}, {self.application!r})"
+        return f"{type(self).__name__}({self.urls!r}, {self.application!r})"
 
     # -------------------------------------------------------------- queues
 
+    @call
     def create_queue(
         self,
         name: str | None = None,
@@ -134,7 +129,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         ttl: int | None = None,
         type: str | None = None,
         **work_queue: Any,
-    ) -> QueueInfo:
+    ) -> Call[QueueInfo]:
         """Create a queue (``Conflict`` if the name exists).
 
         ``work_queue``: ``visibility_timeout``, ``max_attempts``,
@@ -142,30 +137,36 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         """
         params = given(partitions=partitions, queue_name=name, ttl=ttl, type=type)
         params.update(given(**known(work_queue, WORK_QUEUE_SETTINGS, "queue setting")))
-        return QueueInfo.from_json(self._request("POST", "/queue", json=params))
+        return Call("POST", "/queue", QueueInfo.from_json, json=params)
 
-    def queue_info(self, name: str) -> QueueInfo:
-        return QueueInfo.from_json(self._request("GET", f"/queue/{_q(name)}/info"))
+    @call
+    def queue_info(self, name: str) -> Call[QueueInfo]:
+        return Call("GET", f"/queue/{_q(name)}/info", QueueInfo.from_json)
 
+    @call
     def list_queues(
         self, limit: int = DEFAULT_READ, offset: str | None = None, details: bool = False
-    ) -> list[QueueInfo | str]:
+    ) -> Call[list[QueueInfo | str]]:
         """The application's queues by name, starting after ``offset``."""
         params = given(limit=limit, offset=offset, details="true" if details else None)
-        data = self._request("GET", "/queue", params=params)
-        return [q if isinstance(q, str) else QueueInfo.from_json(q) for q in data["queues"]]
+        return Call("GET", "/queue", _queues, params=params)
 
     def iter_queues(self, page_size: int = DEFAULT_READ) -> Iterator[QueueInfo]:
-        """Every queue of the application, paging through :meth:`list_queues`."""
-        offset = None
-        while True:
-            page = self.list_queues(limit=page_size, offset=offset, details=True)
-            yield from page  # type: ignore[misc]
-            if len(page) < page_size:
-                return
-            last = page[-1]
-            offset = last.name if isinstance(last, QueueInfo) else last
+        """Every queue of the application, paging through :meth:`list_queues`
+        (an async iterator on the asyncio client)."""
 
+        def page(offset: str | None) -> Call[list[QueueInfo | str]]:
+            return self.list_queues.describe(self, page_size, offset, details=True)
+
+        def after(page: list[QueueInfo | str]) -> str | None:
+            if len(page) < page_size:
+                return None
+            last = page[-1]
+            return last.name if isinstance(last, QueueInfo) else last
+
+        return self._paged(page, after, None)
+
+    @call
     def update_queue(
         self,
         name: str,
@@ -173,19 +174,21 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         ttl: int | None = None,
         type: str | None = None,
         **work_queue: Any,
-    ) -> QueueInfo:
+    ) -> Call[QueueInfo]:
         """Change a queue's settings (those given); see :meth:`create_queue`."""
         params = given(partitions=partitions, ttl=ttl, type=type)
         params.update(given(**known(work_queue, WORK_QUEUE_SETTINGS, "queue setting")))
-        return QueueInfo.from_json(self._request("PUT", f"/queue/{_q(name)}", json=params))
+        return Call("PUT", f"/queue/{_q(name)}", QueueInfo.from_json, json=params)
 
-    def delete_queue(self, name: str, delete: bool = True) -> None:
+    @call
+    def delete_queue(self, name: str, delete: bool = True) -> Call[None]:
         """Delete the queue, or with ``delete=False`` only its messages."""
         params = None if delete else {"delete": "false"}
-        self._request("DELETE", f"/queue/{_q(name)}", params=params)
+        return Call("DELETE", f"/queue/{_q(name)}", nothing, params=params)
 
     # ------------------------------------------------------------ messages
 
+    @call
     def post(
         self,
         name: str,
@@ -197,7 +200,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         priority: int | None = None,
         dedup_id: str | None = None,
         group: str | None = None,
-    ) -> PostedMessage:
+    ) -> Call[PostedMessage]:
         """Add one message (a JSON object) to a queue.
 
         ``delay``: seconds before any reader sees it; ``priority``: 0-9,
@@ -212,14 +215,14 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
             body, partition, partition_key, ttl, delay, priority, dedup_id, group=group
         )
         params = {k: v for k, v in message.to_json().items() if k != "body"}
-        data = self._request(
-            "POST", f"/queue/{_q(name)}", params=params, json=body, repeatable=dedup_id is not None
-        )
-        return PostedMessage.from_json(data["messages"][0])
+        path = f"/queue/{_q(name)}"
+        repeatable = dedup_id is not None
+        return Call("POST", path, _posted, params=params, json=body, repeatable=repeatable)
 
+    @call
     def post_batch(
         self, name: str, messages: Sequence[dict | OutgoingMessage]
-    ) -> list[PostedMessage]:
+    ) -> Call[list[PostedMessage]]:
         """Add many messages at once, all or nothing; answers in input order.
 
         A plain dict is a message body; use :class:`OutgoingMessage` to place
@@ -232,11 +235,10 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
             if "dedup_id" not in entry and (made := self._new_dedup_id()):
                 entry["dedup_id"] = made
         keyed = all("dedup_id" in entry for entry in entries)
-        data = self._request(
-            "POST", f"/queue/{_q(name)}/batch", json={"messages": entries}, repeatable=keyed
-        )
-        return [PostedMessage.from_json(m) for m in data["messages"]]
+        path = f"/queue/{_q(name)}/batch"
+        return Call("POST", path, _batch, json={"messages": entries}, repeatable=keyed)
 
+    @call
     def read(
         self,
         name: str,
@@ -245,7 +247,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         limit: int = DEFAULT_READ,
         order: str = "descending",
         partitions: Sequence[int] | None = None,
-    ) -> list[ReceivedMessage]:
+    ) -> Call[list[ReceivedMessage]]:
         """Messages strictly after ``since`` (an id) / ``since_timestamp``."""
         params = given(
             limit=limit,
@@ -254,8 +256,7 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
             since_timestamp=None if since_timestamp is None else timestamp_param(since_timestamp),
             partitions=",".join(str(p) for p in partitions) if partitions else None,
         )
-        data = self._request("GET", f"/queue/{_q(name)}", params=params)
-        return [ReceivedMessage.from_json(m) for m in data["messages"]]
+        return Call("GET", f"/queue/{_q(name)}", _received, params=params)
 
     def iter_messages(
         self,
@@ -265,55 +266,57 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         since_timestamp: float | str | Decimal | None = None,
         page_size: int = MAX_READ,
     ) -> Iterator[ReceivedMessage]:
-        """Every message from the start (or the bound given), oldest first.
+        """Every message from the start (or the bound given), oldest first
+        (an async iterator on the asyncio client).
 
         Pages forward with ``since=<last id seen>``, which never skips a message
         (invariant 2). Stops at the first page shorter than ``page_size``.
         """
         page_size = min(page_size, MAX_READ)
-        while True:
-            page = self.read(
-                name,
-                since=since,
-                since_timestamp=since_timestamp if since is None else None,
-                limit=page_size,
-                order="ascending",
-                partitions=partitions,
-            )
-            yield from page
-            if len(page) < page_size:
-                return
-            since = page[-1].message_id
 
-    def get_messages(self, name: str, refs: Sequence[str]) -> list[ReceivedMessage]:
+        def page(after: str | None) -> Call[list[ReceivedMessage]]:
+            bound = since_timestamp if after is None else None
+            return self.read.describe(self, name, after, bound, page_size, "ascending", partitions)
+
+        def after(page: list[ReceivedMessage]) -> str | None:
+            return None if len(page) < page_size else page[-1].message_id
+
+        return self._paged(page, after, since)
+
+    @call
+    def get_messages(self, name: str, refs: Sequence[str]) -> Call[list[ReceivedMessage]]:
         """The messages among ``refs`` (``"partition:message_id"``) that exist."""
         if not refs:
-            return []
-        data = self._request("GET", f"/queue/{_q(name)}/messages/{_refs(refs)}")
-        return [ReceivedMessage.from_json(m) for m in data["messages"]]
+            return Call.answered([])
+        return Call("GET", f"/queue/{_q(name)}/messages/{_refs(refs)}", _received)
 
-    def delete_messages(self, name: str, refs: Sequence[str]) -> None:
-        if refs:
-            self._request("DELETE", f"/queue/{_q(name)}/messages/{_refs(refs)}")
+    @call
+    def delete_messages(self, name: str, refs: Sequence[str]) -> Call[None]:
+        if not refs:
+            return Call.answered(None)
+        return Call("DELETE", f"/queue/{_q(name)}/messages/{_refs(refs)}", nothing)
 
     # --------------------------------------------------------- checkpoints
 
-    def get_checkpoints(self, name: str, consumer: str) -> dict[int, str]:
+    @call
+    def get_checkpoints(self, name: str, consumer: str) -> Call[dict[int, str]]:
         """How far ``consumer`` recorded it processed each partition."""
-        data = self._request("GET", f"/queue/{_q(name)}/checkpoints/{_q(consumer)}")
-        return {int(p): str(mid) for p, mid in (data.get("checkpoints") or {}).items()}
+        return Call("GET", f"/queue/{_q(name)}/checkpoints/{_q(consumer)}", _checkpoints)
 
-    def set_checkpoints(self, name: str, consumer: str, checkpoints: Mapping[int, str]) -> None:
+    @call
+    def set_checkpoints(
+        self, name: str, consumer: str, checkpoints: Mapping[int, str]
+    ) -> Call[None]:
         body = {"checkpoints": {str(p): mid for p, mid in checkpoints.items()}}
-        self._request("PUT", f"/queue/{_q(name)}/checkpoints/{_q(consumer)}", json=body)
+        path = f"/queue/{_q(name)}/checkpoints/{_q(consumer)}"
+        return Call("PUT", path, nothing, json=body)
 
     # ------------------------------------------------------------- service
 
-    def heartbeat(self) -> dict:
+    @call
+    def heartbeat(self) -> Call[dict]:
         """The service's ``/__heartbeat__`` answer (raises ``Unavailable`` on 503)."""
-        return self._request("GET", "/__heartbeat__")
-
-    # ----------------------------------------------------------- plumbing
+        return Call("GET", "/__heartbeat__", unchanged)
 
     def _new_dedup_id(self) -> str | None:
         """A fresh ``dedup_id`` when the client may retry posts, else None.
@@ -322,6 +325,45 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         cost the service a dedup record.
         """
         return uuid.uuid4().hex if self.auto_dedup and self.retries > 0 else None
+
+
+class QueueyClient(BaseClient):
+    """A client of one Queuey application, talking to one or more API nodes.
+
+    ``urls``: one base URL or several (``"http://a:5000,http://b:5000"`` or a
+    list); requests start at the first and move to the next on failure.
+    ``key``: the application key, needed for every method but reads of
+    public queues. ``retries``: how many times one call is retried on a node,
+    and how many times it fails over (:mod:`queuey.client.retry`).
+    ``auto_dedup``: give every posted message without a ``dedup_id`` a random
+    one, so that posts are retried like reads (see the module doc); with
+    ``False`` a post without a ``dedup_id`` is never sent twice.
+    """
+
+    def _open(self) -> None:
+        self._sleep = time.sleep
+        self.session = requests.Session()
+        retry = ClientRetry.policy(self.retries, self.backoff, self.max_backoff, pause=self._pause)
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=retry)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.update(self.headers())
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> QueueyClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _paged(self, page, after, cursor) -> Iterator:
+        while True:
+            found = self._send(page(cursor))
+            yield from found
+            if (cursor := after(found)) is None:
+                return
 
     def _pause(self, seconds: float) -> None:
         """Wait before a retry or a fail-over.
@@ -352,60 +394,50 @@ class QueueyClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
         a ``503`` or a lost answer, at most ``retries`` times in all. Any other
         ``POST`` is sent again only if it certainly never left; otherwise the
         error says ``outcome_unknown``. ``timeout``: this call's, when it
-        differs from the client's (a long poll).
+        differs from the client's (a long poll). The rules are
+        :class:`~queuey.client.answers.Attempts`'.
         """
         if repeatable is None:
             repeatable = method in IDEMPOTENT
-        repeat_here = repeatable and method not in IDEMPOTENT
-        attempt = 0
+        tries = Attempts(self, method, path, repeatable, repeatable and method not in IDEMPOTENT)
         while True:
-            base = self.urls[self._current % len(self.urls)]
-            more = attempt < self.retries
-            asked = None  # the wait the server named (Retry-After)
             try:
                 response = self.session.request(
-                    method, base + path, params=params, json=json, timeout=timeout or self.timeout
+                    method,
+                    tries.base + path,
+                    params=params,
+                    json=json,
+                    timeout=timeout or self.timeout,
                 )
-            except (requests.Timeout, requests.ConnectionError) as exc:
-                if never_sent(exc):
-                    if not more:
-                        raise Unavailable(
-                            f"{method} {path}: cannot connect to {base} ({exc})"
-                        ) from exc
-                    self._current += 1  # fail over to the next node
-                    reason = f"cannot connect to {base}"
-                else:
-                    # A node that took the call and never answered is left, so
-                    # neither a retry nor the next call waits on it again.
-                    self._current += 1
-                    if not (repeatable and more):
-                        raise sent_and_failed(method, path, base, exc, repeatable) from exc
-                    reason = f"{exc.__class__.__name__} from {base}"
             except requests.RequestException as exc:
-                # The answer came but broke off (a truncated body, a bad encoding).
-                if not (repeat_here and more):
-                    raise sent_and_failed(method, path, base, exc, repeatable) from exc
-                reason = f"{exc.__class__.__name__} from {base}"
+                delay = tries.failed(exc, requests_failure(exc))
             else:
-                retry = repeat_here and more and response.status_code in RETRY_STATUSES
-                # A paused queue stays paused until an operator resumes it:
-                # its 503 is the caller's to handle, not a blip to retry.
-                if not retry or paused(response):
-                    return decode(method, path, response, repeatable)
-                reason = f"HTTP {response.status_code} from {base}"
-                asked = retry_after(response.headers)
-            delay = retry_wait(attempt, self.backoff, self.max_backoff, asked)
-            log.warning(
-                "%s %s: %s; retry %d/%d in %.2fs",
-                method,
-                path,
-                reason,
-                attempt + 1,
-                self.retries,
-                delay,
-            )
+                reply = Reply(
+                    response.status_code, response.reason, response.headers, response.content
+                )
+                if (delay := tries.answered(reply)) is None:
+                    return tries.decode(reply)
             self._pause(delay)
-            attempt += 1
+
+
+def _queues(data: Mapping[str, Any]) -> list[QueueInfo | str]:
+    return [q if isinstance(q, str) else QueueInfo.from_json(q) for q in data["queues"]]
+
+
+def _posted(data: Mapping[str, Any]) -> PostedMessage:
+    return PostedMessage.from_json(data["messages"][0])
+
+
+def _batch(data: Mapping[str, Any]) -> list[PostedMessage]:
+    return [PostedMessage.from_json(m) for m in data["messages"]]
+
+
+def _received(data: Mapping[str, Any]) -> list[ReceivedMessage]:
+    return [ReceivedMessage.from_json(m) for m in data["messages"]]
+
+
+def _checkpoints(data: Mapping[str, Any]) -> dict[int, str]:
+    return {int(p): str(mid) for p, mid in (data.get("checkpoints") or {}).items()}
 
 
 #: Queue settings of work queues that ``create_queue`` / ``update_queue`` pass on.

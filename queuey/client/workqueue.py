@@ -1,7 +1,9 @@
-"""The client's work-queue calls: reserve, ack, release, extend, stats, redrive.
+"""The client's work-queue calls: reserve, ack, release, extend, stats, explain, redrive.
 
-Mixed into :class:`~queuey.client.http.QueueyClient`; they go through its
-``_request``, so they fail over between API nodes and retry like every call.
+Mixed into both clients (:class:`~queuey.client.http.QueueyClient` and
+:class:`~queuey.client.aio.AsyncQueueyClient`); each describes its call
+(:func:`~queuey.client.answers.call`), which the client sends, so they fail
+over between API nodes and retry like every call.
 
 Retrying is safe for each of them, so each is repeated on a ``503`` or a lost
 answer (at most ``retries`` times, as a read is):
@@ -14,17 +16,20 @@ answer (at most ``retries`` times, as a read is):
   consumers: the messages of the lost answer stay leased to nobody until their
   visibility timeout ends, then come back (with one more attempt counted).
   A lost answer delays those messages; it loses none. The client retries it.
+  A long poll its caller gave up (a cancelled task of the asyncio client) is
+  undone: what it brings is released at once (``Call.undo``).
 * ``redrive`` repeated moves nothing twice: the service skips a dead letter
   whose source message is already back in its subscription.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from queuey.client.answers import Call, Calls, call
 from queuey.client.models import (
-    HostCalls,
     QueueStats,
     ReceiptResult,
     RedriveResult,
@@ -32,15 +37,16 @@ from queuey.client.models import (
     given,
 )
 from queuey.client.models import path_segment as _q
-from queuey.wire import AckAnswer, ExtendAnswer, Record, ReleaseAnswer
+from queuey.wire import AckAnswer, ExplainAnswer, ExtendAnswer, Record, ReleaseAnswer
 
 #: ``subscription`` when none is given (docs/api.rst, "Work queues").
 DEFAULT_SUBSCRIPTION = "default"
 
 
-class WorkQueueCalls(HostCalls):
+class WorkQueueCalls(Calls):
     """``reserve`` / ``ack`` / ``release`` / ``extend`` / ``stats`` / ``redrive``."""
 
+    @call
     def reserve(
         self,
         queue: str,
@@ -49,7 +55,7 @@ class WorkQueueCalls(HostCalls):
         visibility_timeout: int | None = None,
         wait: int = 0,
         partitions: Sequence[int] | None = None,
-    ) -> list[ReservedMessage]:
+    ) -> Call[list[ReservedMessage]]:
         """Lease up to ``limit`` messages (1-100) to this consumer.
 
         Each is handed to nobody else for ``visibility_timeout`` seconds (the
@@ -65,21 +71,26 @@ class WorkQueueCalls(HostCalls):
             wait=wait or None,
             partitions=",".join(str(p) for p in partitions) if partitions else None,
         )
-        data = self._request(
+        return Call(
             "POST",
             f"/queue/{_q(queue)}/reserve",
+            _reserved,
             json=body,
             repeatable=True,
             timeout=self.timeout + max(0, wait),
+            undo=lambda leased: _receipts(
+                "release", queue, [m.receipt for m in leased], {"subscription": subscription}
+            ),
         )
-        return [ReservedMessage.from_json(m) for m in data["messages"]]
 
+    @call
     def ack(
         self, queue: str, receipts: Sequence[str], subscription: str = DEFAULT_SUBSCRIPTION
-    ) -> ReceiptResult:
+    ) -> Call[ReceiptResult]:
         """Finish the messages: they are never delivered again in the subscription."""
-        return self._receipts("ack", queue, receipts, {"subscription": subscription})
+        return _receipts("ack", queue, receipts, {"subscription": subscription})
 
+    @call
     def release(
         self,
         queue: str,
@@ -87,7 +98,7 @@ class WorkQueueCalls(HostCalls):
         subscription: str = DEFAULT_SUBSCRIPTION,
         delay: int | None = None,
         error: str | None = None,
-    ) -> ReceiptResult:
+    ) -> Call[ReceiptResult]:
         """End the leases now; the messages come back after ``delay`` seconds.
 
         ``error`` is kept as the messages' last error (a dead letter carries it
@@ -95,44 +106,67 @@ class WorkQueueCalls(HostCalls):
         ``max_attempts`` goes to the dead-letter queue instead.
         """
         extra = given(subscription=subscription, delay=delay, error=error)
-        return self._receipts("release", queue, receipts, extra)
+        return _receipts("release", queue, receipts, extra)
 
+    @call
     def extend(
         self,
         queue: str,
         receipts: Sequence[str],
         visibility_timeout: int,
         subscription: str = DEFAULT_SUBSCRIPTION,
-    ) -> ReceiptResult:
+    ) -> Call[ReceiptResult]:
         """Make the leases end ``visibility_timeout`` seconds from now."""
         extra = {"subscription": subscription, "visibility_timeout": visibility_timeout}
-        return self._receipts("extend", queue, receipts, extra)
+        return _receipts("extend", queue, receipts, extra)
 
-    def stats(self, queue: str) -> QueueStats:
+    @call
+    def stats(self, queue: str) -> Call[QueueStats]:
         """Message counts of the queue, per partition and per subscription."""
-        return QueueStats.from_json(self._request("GET", f"/queue/{_q(queue)}/stats"))
+        return Call("GET", f"/queue/{_q(queue)}/stats", QueueStats.from_json)
 
-    def redrive(self, dead_letter_queue: str, limit: int | None = None) -> RedriveResult:
+    @call
+    def explain(
+        self,
+        queue: str,
+        message_id: str,
+        subscription: str = DEFAULT_SUBSCRIPTION,
+        partition: int | None = None,
+    ) -> Call[ExplainAnswer]:
+        """Whether the message is handed out to ``subscription`` now and, if
+        not, every reason with its values (docs/api.rst, "Explain a
+        message"); without ``partition`` the service looks in every one."""
+        ref = f"{partition}:{message_id}" if partition else message_id
+        path = f"/queue/{_q(queue)}/messages/{_q(ref)}/explain"
+        return Call("GET", path, ExplainAnswer.from_json, params={"subscription": subscription})
+
+    @call
+    def redrive(self, dead_letter_queue: str, limit: int | None = None) -> Call[RedriveResult]:
         """Move up to ``limit`` dead letters (default 1000) back to their queues."""
-        data = self._request(
-            "POST",
-            f"/queue/{_q(dead_letter_queue)}/redrive",
-            json=given(limit=limit),
-            repeatable=True,
-        )
-        return RedriveResult.from_json(data)
+        path = f"/queue/{_q(dead_letter_queue)}/redrive"
+        return Call("POST", path, RedriveResult.from_json, json=given(limit=limit), repeatable=True)
 
-    def _receipts(
-        self, action: str, queue: str, receipts: Sequence[str], extra: Mapping[str, Any]
-    ) -> ReceiptResult:
-        if not receipts:
-            return ReceiptResult(0, {})
-        body = {**extra, "receipts": list(receipts)}
-        data = self._request("POST", f"/queue/{_q(queue)}/{action}", json=body, repeatable=True)
-        model, done = _ANSWERS[action]
-        answer = model.from_json(data)
-        dead_lettered = getattr(answer, "dead_lettered", 0)
-        return ReceiptResult(getattr(answer, done), dict(answer.failed), dead_lettered)
+
+def _reserved(data: Mapping[str, Any]) -> list[ReservedMessage]:
+    return [ReservedMessage.from_json(m) for m in data["messages"]]
+
+
+def _receipts(
+    action: str, queue: str, receipts: Sequence[str], extra: Mapping[str, Any]
+) -> Call[ReceiptResult]:
+    """The ``ack`` / ``release`` / ``extend`` call of ``receipts`` (none: no call)."""
+    if not receipts:
+        return Call.answered(ReceiptResult(0, {}))
+    body = {**extra, "receipts": list(receipts)}
+    parse = functools.partial(_receipt_result, action)
+    return Call("POST", f"/queue/{_q(queue)}/{action}", parse, json=body, repeatable=True)
+
+
+def _receipt_result(action: str, data: Mapping[str, Any]) -> ReceiptResult:
+    model, done = _ANSWERS[action]
+    answer = model.from_json(data)
+    dead_lettered = getattr(answer, "dead_lettered", 0)
+    return ReceiptResult(getattr(answer, done), dict(answer.failed), dead_lettered)
 
 
 #: Each receipt call's answer and the field that counts the receipts it took.
