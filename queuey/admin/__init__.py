@@ -44,6 +44,7 @@ ROUTES = [
         (f"admin.{page}", f"/admin/queue/{{name}}/{page}", _QUEUE)
         for page in "measure messages post purge delete dead redrive flow pause resume".split()
     ),
+    ("admin.message", "/admin/queue/{name}/messages/{message}", _QUEUE),
     ("admin.schedules", "/admin/schedules", _ADMIN),
     *(
         (f"admin.schedule_{action}", f"/admin/schedules/{{schedule}}/{action}", _ADMIN)

@@ -13,6 +13,7 @@ Against a running Queuey, as one application (:mod:`queuey.cli.remote`):
     queuey export QUEUE -o FILE        every message as JSON lines (resumable)
     queuey import QUEUE -i FILE        post JSON lines back (resumable)
     queuey redrive QUEUE               move the queue's dead letters back
+    queuey explain QUEUE MESSAGE_ID    why a message is or is not handed out
     queuey schedules list|create|...   the application's recurring messages
     queuey flow show|pause|resume|set  a queue's flow control (pause, rates, caps)
 
@@ -32,14 +33,25 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from queuey.cli import flow, keys, peek, redrive, schedules, schema, spool, stats, transfer
+from queuey.cli import (
+    explain,
+    flow,
+    keys,
+    peek,
+    redrive,
+    schedules,
+    schema,
+    spool,
+    stats,
+    transfer,
+)
 from queuey.cli.errors import REFUSED, CommandError, exit_line
 from queuey.cli.remote import describe
 from queuey.client.errors import ClientError
 from queuey.errors import Catalogued, ConfigurationError
 
 #: The modules that add a subcommand, in the order ``--help`` lists them.
-COMMANDS = (keys, schema, stats, peek, transfer, redrive, schedules, flow, spool)
+COMMANDS = (keys, schema, stats, peek, transfer, redrive, explain, schedules, flow, spool)
 
 
 def build_parser() -> argparse.ArgumentParser:

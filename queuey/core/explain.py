@@ -155,7 +155,5 @@ def _filtered(queue: QueueMeta, subscription: str, message: Message) -> Reason |
         return None
     values: dict[str, Any] = {"filter": found.to_json()}
     if name:
-        values.update(
-            attribute=name, conditions=found.to_json()[name], value=attributes.get(name)
-        )
+        values.update(attribute=name, conditions=found.to_json()[name], value=attributes.get(name))
     return Reason("filtered", values=values)

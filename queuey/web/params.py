@@ -41,6 +41,7 @@ __all__ = [
     "field_name",
     "form_or_json",
     "json_body",
+    "message_param",
     "parse_pairs",
     "query",
     "path_param",
@@ -246,3 +247,15 @@ def path_param(request, name: str, field: str | None = None) -> str:
     if not _PATH_PATTERNS[name].fullmatch(value):
         raise InvalidParameters({field or name: _PATH_WORDS[PATH_PARAMS[name]["pattern"]]})
     return value
+
+
+def message_param(request, meta) -> tuple[str, int | None]:
+    """The path's ``message``, ``[partition:]message_id``: the id's text, and
+    the partition (None: not given), one of the queue's."""
+    partition_text, _, id_text = path_param(request, "message").rpartition(":")
+    partition = int(partition_text) if partition_text else None
+    if partition is not None and partition > meta.partitions:
+        raise InvalidParameters(
+            {"message": f"partition {partition} is not between 1 and {meta.partitions}"}
+        )
+    return id_text, partition

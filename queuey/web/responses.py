@@ -9,10 +9,12 @@ from pydantic import BaseModel
 from pyramid.response import Response
 
 from queuey import ids, jsonio
+from queuey.core.explain import Explanation
 from queuey.core.flowsettings import FlowSettings
 from queuey.model import Delivery, Message, QueueMeta
 from queuey.model.flow import GROUP_KEY
 from queuey.web.answers import QueueInfo
+from queuey.wire import ExplainAnswer, ExplainReason
 
 CONTENT_TYPE = "application/json"
 
@@ -117,3 +119,27 @@ def queue_json(meta: QueueMeta) -> dict[str, Any]:
         dead_letter_queue=meta.dead_letter_name,
         flow=FlowSettings.describe(meta),
     )
+
+
+def explanation_json(found: Explanation) -> dict[str, Any]:
+    """An explanation (:func:`queuey.core.explain.explain`) as the API answers
+    it (:class:`queuey.wire.ExplainAnswer`, ``status`` aside); the admin
+    message page shows the same."""
+    reasons = [
+        shown(ExplainReason, reason, until_timestamp=_seconds(reason.until))
+        for reason in found.reasons
+    ]
+    message = found.message
+    return shown(
+        ExplainAnswer,
+        found,
+        message_id=found.message_id.hex,
+        partition=message.partition if message else None,
+        deliverable=found.deliverable,
+        expires_timestamp=_seconds(message.expires if message else None),
+        reasons=reasons,
+    )
+
+
+def _seconds(micros: int | None) -> float | None:
+    return None if micros is None else ids.micros_to_seconds(micros)

@@ -12,18 +12,9 @@ from queuey import ids
 from queuey.core.explain import explain as explain_message
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
-from queuey.web.params import (
-    InvalidParameters,
-    form_or_json,
-    json_body,
-    path_param,
-    query,
-    validate,
-)
-from queuey.web.responses import deliveries_response, ok, shown
+from queuey.web.params import form_or_json, json_body, message_param, query, validate
+from queuey.web.responses import deliveries_response, explanation_json, ok, shown
 from queuey.wire import (
-    ExplainAnswer,
-    ExplainReason,
     PartitionStatsAnswer,
     RedriveAnswer,
     StatsAnswer,
@@ -125,12 +116,7 @@ def redrive(request):
 def explain(request):
     meta = request.context.meta
     params = validate(request.models.explain, query(request))
-    partition_text, _, id_text = path_param(request, "message").rpartition(":")
-    partition = int(partition_text) if partition_text else None
-    if partition is not None and partition > meta.partitions:
-        raise InvalidParameters(
-            {"message": f"partition {partition} is not between 1 and {meta.partitions}"}
-        )
+    id_text, partition = message_param(request, meta)
     found = explain_message(
         request.storage,
         request.services.flow.grants,
@@ -140,23 +126,4 @@ def explain(request):
         partition,
         request.clock.now_micros(),
     )
-    reasons = [
-        shown(ExplainReason, reason, until_timestamp=_seconds(reason.until))
-        for reason in found.reasons
-    ]
-    message = found.message
-    return ok(
-        **shown(
-            ExplainAnswer,
-            found,
-            message_id=found.message_id.hex,
-            partition=message.partition if message else None,
-            deliverable=found.deliverable,
-            expires_timestamp=_seconds(message.expires if message else None),
-            reasons=reasons,
-        )
-    )
-
-
-def _seconds(micros: int | None) -> float | None:
-    return None if micros is None else ids.micros_to_seconds(micros)
+    return ok(**explanation_json(found))

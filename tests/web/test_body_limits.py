@@ -39,6 +39,7 @@ TIME_BOUND = 0.5
 FILL = {
     "name": "somequeue",
     "ids": "1:" + "0" * 32,
+    "message": "1:" + "0" * 32,
     "consumer": "someone",
     "schedule": "someschedule",
     "subscription": "somesubscription",
