@@ -41,6 +41,7 @@ MEASURED_SECONDS: dict[str, float] = {
     "tests/sqs/test_cli.py": 133,
     "tests/faults/test_limits_hold.py": 130,
     "tests/sqs/test_messages.py": 125,
+    "tests/sqs/test_celery.py": 75,
     "tests/faults/test_schedules_fairness_nodes.py": 101,
     "tests/faults/test_api_node_crash.py": 100,
     "tests/sqs/test_queues.py": 96,
@@ -59,6 +60,8 @@ MEASURED_SECONDS: dict[str, float] = {
     "tests/sqs/test_state.py": 50,
     "tests/client/test_worker_reserve.py": 45,
     "tests/faults/test_schedules_nodes.py": 44,
+    "tests/client/test_aio_client.py": 32,
+    "tests/faults/test_autoscaling_live.py": 30,
 }
 SLOW_TEST_SECONDS = 30.0
 TEST_SECONDS = 0.3
