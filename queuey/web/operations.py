@@ -180,7 +180,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _O("queue_messages", "delete", "messages.delete_messages", "Delete messages by id", Ok),
     _O("queue_message_explain", "get", "workqueue.explain",
        "Whether a message is handed out to a subscription now and, if not, every reason",
-       ExplainAnswer, QUEUE_ERRORS, caller="reader", query="explain"),
+       ExplainAnswer, QUEUE_ERRORS, query="explain"),
     _O("queue_checkpoints", "get", "checkpoints.get_checkpoints",
        "How far a consumer processed each partition", CheckpointsAnswer),
     _O("queue_checkpoints", "put", "checkpoints.set_checkpoints", "Record checkpoints",

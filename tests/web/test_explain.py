@@ -174,4 +174,9 @@ def test_an_expired_message_and_bad_input(app, clock):
         "subscription"
     ]
     assert explain(app, "nope", mid, status=404)["status"] == "error"
+    # It takes the key, and another application's key opens none of this one's queues.
+    path = f"/queue/jobs/messages/{mid}/explain"
+    assert app.get(path, headers=app.reader, status=401).json["status"] == "error"
+    other = app.get(path, headers=app.apps.remote_auth, status=(401, 403, 404)).json
+    assert other["status"] == "error" and "expired" not in str(other)
     assert uuid.UUID(mid)
