@@ -96,7 +96,11 @@ def fill(port: int, queues: int, messages: int, subscriptions: int) -> None:
                 raise RuntimeError(f"post {name}: {status} {data[:200]!r}")
         for s in range(subscriptions):
             reserve = json.dumps({"subscription": f"sub-{s}", "limit": 1})
-            status, data = request(conn, "POST", f"/queue/{name}/reserve", reserve)
+            for _ in range(5):  # a 503 (the store busy) is worth another try
+                status, data = request(conn, "POST", f"/queue/{name}/reserve", reserve)
+                if status != 503:
+                    break
+                time.sleep(0.5)
             if status != 200:
                 raise RuntimeError(f"reserve {name}: {status} {data[:200]!r}")
     conn.close()
