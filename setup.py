@@ -15,6 +15,7 @@ REQUIRES = [
     "kazoo>=2.10,<3",
     "requests>=2.31,<3",
     "httpx>=0.28,<1",  # the asyncio client (queuey.client.aio): httpx.AsyncClient
+    "opentelemetry-api>=1.27,<2",  # trace context through queues (queuey.tracing); no exporter
     "prometheus_client>=0.20,<1",
     "pydantic>=2.7,<3",
     "pyramid_jinja2>=2.10,<3",  # the admin pages' templates
@@ -39,6 +40,7 @@ TEST_REQUIRES = SPARK_REQUIRES + [
     "awscli>=1.42,<2",
     "selenium>=4.20,<5",  # tests/admin: the admin pages in headless Chromium
     "celery[sqs]>=5.4,<6",  # tests/sqs/test_celery.py: a Celery worker on the SQS endpoint
+    "opentelemetry-sdk>=1.27,<2",  # tests/test_tracing.py: spans in the SDK's in-memory exporter
 ]
 DEV_REQUIRES = TEST_REQUIRES + [
     "ruff>=0.6",

@@ -244,3 +244,26 @@ def zookeeper_chroot(zookeeper_hosts) -> str:
     admin.delete(chroot, recursive=True)
     admin.stop()
     admin.close()
+
+
+# -- tracing ----------------------------------------------------------------------------
+@pytest.fixture
+def spans():
+    """Every span this process records while the test runs (OpenTelemetry's SDK,
+    its in-memory exporter), through a provider of the test's own
+    (:func:`queuey.tracing.use_provider`), not the process-wide one."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from queuey import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_provider(None)
+        provider.shutdown()

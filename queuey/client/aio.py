@@ -38,6 +38,7 @@ from queuey.client.answers import BROKEN, LOST, UNSENT, Attempts, Call, Reply
 from queuey.client.errors import ClientError
 from queuey.client.http import BaseClient
 from queuey.client.retry import IDEMPOTENT
+from queuey.tracing import request_headers
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class AsyncQueueyClient(BaseClient):
                     tries.base + path,
                     params=params,
                     json=json,
+                    headers=request_headers(),
                     timeout=timeout or self.timeout,
                 )
             except httpx.HTTPError as exc:

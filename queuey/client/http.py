@@ -71,6 +71,7 @@ from queuey.client.schedules import ScheduleCalls
 from queuey.client.workqueue import WorkQueueCalls
 from queuey.coerce import as_list
 from queuey.limits import DEFAULT_READ, MAX_READ
+from queuey.tracing import request_headers
 
 
 class BaseClient(WorkQueueCalls, ScheduleCalls, FlowCalls):
@@ -407,6 +408,7 @@ class QueueyClient(BaseClient):
                     tries.base + path,
                     params=params,
                     json=json,
+                    headers=request_headers(),
                     timeout=timeout or self.timeout,
                 )
             except requests.RequestException as exc:

@@ -50,6 +50,7 @@ from queuey.client.errors import ClientError
 from queuey.client.spoolentry import entry_json
 from queuey.client.spoolsend import Rejected, Sender
 from queuey.clock import SYSTEM_CLOCK, Clock
+from queuey.tracing import context_attributes, with_context
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,8 @@ class Spool:
             ttl=ttl,
             delay=delay,
             priority=priority,
-            attributes=attributes,
+            # Sent later, from another thread: the context is recorded now.
+            attributes=with_context(attributes, context_attributes()),
             dedup_id=dedup_id,
         )
         with self._cond:

@@ -37,6 +37,7 @@ from queuey.client.models import (
     given,
 )
 from queuey.client.models import path_segment as _q
+from queuey.tracing import received
 from queuey.wire import AckAnswer, ExplainAnswer, ExtendAnswer, Record, ReleaseAnswer
 
 #: ``subscription`` when none is given (docs/api.rst, "Work queues").
@@ -74,7 +75,7 @@ class WorkQueueCalls(Calls):
         return Call(
             "POST",
             f"/queue/{_q(queue)}/reserve",
-            _reserved,
+            functools.partial(_reserved, queue),
             json=body,
             repeatable=True,
             timeout=self.timeout + max(0, wait),
@@ -147,8 +148,14 @@ class WorkQueueCalls(Calls):
         return Call("POST", path, RedriveResult.from_json, json=given(limit=limit), repeatable=True)
 
 
-def _reserved(data: Mapping[str, Any]) -> list[ReservedMessage]:
-    return [ReservedMessage.from_json(m) for m in data["messages"]]
+def _reserved(queue: str, data: Mapping[str, Any]) -> list[ReservedMessage]:
+    """The reserved messages; with a span marking them received, linked to
+    each one's producer (:func:`queuey.tracing.received`; a no-op without an SDK)."""
+    messages = [ReservedMessage.from_json(m) for m in data["messages"]]
+    if messages:
+        name = f"queuey receive {queue}"
+        received(name, [m.attributes for m in messages], **{"messaging.destination.name": queue})
+    return messages
 
 
 def _receipts(

@@ -35,6 +35,7 @@ from queuey.spark.options import (
     connection_from_options,
 )
 from queuey.spark.sources import Source, open_source, rules_of
+from queuey.tracing import TRACEPARENT, TRACESTATE, context_attributes, traced
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,9 @@ class Sink:
         self.rules: MessageRules | None = (
             rules_of(self.connection) if isinstance(self.connection, StorageConnection) else None
         )
+        #: The trace context of the write on the driver, given to every message
+        #: (the executors run outside it).
+        self.trace = context_attributes()
 
     def encode(self, row: Row) -> RowMessage:
         """The row's message text and given placement; ``ValueError`` when it has none."""
@@ -243,6 +247,10 @@ class Sink:
         except InvalidMessage as exc:
             raise ValueError(f"{exc.field}: {exc}") from None
 
+    def _traced(self, batch: list[NewMessage]) -> list[NewMessage]:
+        trace = self.trace
+        return traced(batch, trace.get(TRACEPARENT), trace.get(TRACESTATE)) if trace else batch
+
     def post(self, rows: Iterable[Row], dedup_ids: DedupIds | None = None) -> QueueyCommitMessage:
         """Post every row, ``batchSize`` messages a put, each with ``dedup_ids``' id if given."""
         started = time.time()
@@ -258,10 +266,10 @@ class Sink:
                 message = replace(message, dedup_id=dedup_ids(encoded))
             batch.append(message)
             if len(batch) >= self.batch_size:
-                new, old = put_counting_duplicates(source, meta, batch)
+                new, old = put_counting_duplicates(source, meta, self._traced(batch))
                 stored, repeats, batch = stored + new, repeats + old, []
         if batch:
-            new, old = put_counting_duplicates(source, meta, batch)
+            new, old = put_counting_duplicates(source, meta, self._traced(batch))
             stored, repeats = stored + new, repeats + old
         return QueueyCommitMessage(stored, repeats, started, time.perf_counter() - clock)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from queuey import ids
+from queuey import ids, tracing
 from queuey.model import Delivery, NewMessage, QueueMeta
 from queuey.sqs import attributes as qa
 from queuey.sqs import handles, inputs
@@ -20,6 +20,7 @@ from queuey.sqs import messages as msgs
 from queuey.sqs.caller import SUBSCRIPTION, Actions, Caller
 from queuey.sqs.errors import SQSError, batch_failure, invalid, missing
 from queuey.sqs.sending import check_batch_length, check_fifo_entry, new_message
+from queuey.tracing import TRACEPARENT, to_xray
 
 
 class MessageActions(Actions):
@@ -100,6 +101,12 @@ class MessageActions(Actions):
             waiter=caller.application.name,  # a shared queue's poll waits on the caller's slots
         )
         self.services.metrics.messages_reserved(len(reservation.deliveries))
+        if reservation.deliveries and tracing.enabled():
+            tracing.received(
+                "queuey sqs receive",
+                [d.message.attributes for d in reservation.deliveries],
+                **{"messaging.destination.name": meta.name},
+            )
         received = self.clock.now_micros() // ids.MICROS
         out = [
             self._received(caller, meta, d, wanted, attribute_names, received)
@@ -154,6 +161,8 @@ class MessageActions(Actions):
         ):
             if key in stored:
                 values[name] = stored[key]
+        if "AWSTraceHeader" not in values and (xray := to_xray(stored.get(TRACEPARENT))):
+            values["AWSTraceHeader"] = xray  # a native producer's context, in X-Ray's words
         if "source_queue" in stored and "source_message_id" in stored:
             values["DeadLetterQueueSourceArn"] = caller.place.arn(stored["source_queue"])
         return values

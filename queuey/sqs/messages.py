@@ -36,6 +36,7 @@ from decimal import Decimal, InvalidOperation
 from queuey import ids
 from queuey.model import Message
 from queuey.sqs.errors import SQSError, invalid
+from queuey.tracing import TRACEPARENT, from_xray
 
 #: Characters SQS refuses in a body or string attribute and XML 1.0 cannot carry.
 INVALID_TEXT = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -251,6 +252,10 @@ def store_attributes(
             ensure_ascii=False,
             separators=(",", ":"),
         )
+    # An X-Ray trace header is a trace context the native side reads too.
+    traceparent = from_xray(trace)
+    if traceparent is not None:
+        stored[TRACEPARENT] = traceparent
     for key, value in (
         ("sqs.trace", trace),
         ("sqs.group", group),

@@ -45,3 +45,4 @@ def includeme(config) -> None:
             permission=operation.permission,
         )
     config.include("queuey.web.metrics")
+    config.include("queuey.web.spans")

@@ -9,6 +9,7 @@ from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.limits import MAX_READ
 from queuey.model import MessageRef, NewMessage, QueueMeta
 from queuey.placement import random_partition
+from queuey.tracing import traced
 from queuey.web.params import (
     InvalidParameters,
     PayloadTooLarge,
@@ -36,7 +37,11 @@ def new_message(
 
 
 def _stored(request, meta: QueueMeta, messages: list[NewMessage]):
-    """Store ``messages`` and answer with their ids."""
+    """Store ``messages``, each with the request's trace context when it has
+    none of its own (:func:`queuey.tracing.traced`), and answer with their ids."""
+    environ = request.environ
+    if "HTTP_TRACEPARENT" in environ:
+        messages = traced(messages, environ["HTTP_TRACEPARENT"], environ.get("HTTP_TRACESTATE"))
     stored = request.services.workqueues.post(meta, messages)
     return ok(201, messages=[message_ref(m) for m in stored])
 

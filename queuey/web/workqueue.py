@@ -8,7 +8,7 @@ the waiting.
 
 from __future__ import annotations
 
-from queuey import ids
+from queuey import ids, tracing
 from queuey.core.explain import explain as explain_message
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
@@ -55,6 +55,8 @@ def reserve(request):
     )
     request.metrics.messages_reserved(len(reservation.deliveries))
     request.metrics.messages_dead_lettered(dead_lettered)
+    if reservation.deliveries and tracing.enabled():
+        tracing.link_current(d.message.attributes for d in reservation.deliveries)
     return deliveries_response(reservation.deliveries)
 
 

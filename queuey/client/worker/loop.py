@@ -54,6 +54,7 @@ from queuey.client.worker.config import (
     load_user_code,
 )
 from queuey.client.worker.failures import FailureQueues
+from queuey.tracing import consuming
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,9 @@ class Worker(Runner):
         while True:
             attempt += 1
             try:
-                job(message)
+                # A span per attempt, in the trace the message was produced in.
+                with consuming(f"queuey process {lease.queue}", message.attributes):
+                    job(message)
             except Exception as exc:  # noqa: BLE001 - any job error is retried, then parked
                 if attempt >= self.config.max_attempts:
                     self._park(lease, message, exc, attempt)

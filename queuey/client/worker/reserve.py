@@ -44,6 +44,7 @@ from queuey.client.models import ReservedMessage
 from queuey.client.worker.config import ContextFactory, Job, Runner, WorkerConfig, load_user_code
 from queuey.client.worker.keeper import LeaseKeeper
 from queuey.errors import ConfigurationError
+from queuey.tracing import consuming
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ class ReserveWorker(Runner):
                 if self.config.per_batch:
                     self._run_whole(messages, outcome)
                 else:
-                    self._run_each(messages, outcome)
+                    self._run_each(queue, messages, outcome)
         except Exception as exc:  # noqa: BLE001 - a failed context voids the batch's work
             self._count(batch_failures=1)
             log.exception("batch context of %s failed; its messages are released", queue)
@@ -271,13 +272,15 @@ class ReserveWorker(Runner):
         self._count(batches=1)
         return outcome
 
-    def _run_each(self, messages: list[ReservedMessage], outcome: _Outcome) -> None:
+    def _run_each(self, queue: str, messages: list[ReservedMessage], outcome: _Outcome) -> None:
         for message in messages:
             if self._stop.is_set() or self.keeper.is_lost(message.receipt):
                 outcome.unstarted.append(message)
                 continue
             try:
-                self.job(message)
+                # A span per message, in the trace the message was produced in.
+                with consuming(f"queuey process {queue}", message.attributes):
+                    self.job(message)
             except Exception as exc:  # noqa: BLE001 - any job error releases the message
                 outcome.failed.append((message, exc))
             else:
