@@ -17,12 +17,11 @@ from __future__ import annotations
 from queuey import ids, jsonio
 from queuey.admin.helpers import admin_view, done, filled
 from queuey.admin.queues import queue_page
-from queuey.core.explain import explain
 from queuey.core.flow import FlowRefused
 from queuey.core.messages import InvalidFields, InvalidMessage
 from queuey.placement import random_partition
-from queuey.web.params import InvalidParameters, PayloadTooLarge, message_param, query, validate
-from queuey.web.responses import explanation_json, timestamp_json
+from queuey.web.params import InvalidParameters, PayloadTooLarge, query, validate
+from queuey.web.responses import explained, explanation_json, timestamp_json
 from queuey.wire import ExplainAnswer
 from queuey.wire.explain import describe
 
@@ -98,16 +97,7 @@ def message_page(request):
     (``?subscription=``, default ``default``): the API's explain answer."""
     meta = request.context.meta
     params = validate(request.models.explain, query(request))
-    id_text, partition = message_param(request, meta)
-    found = explain(
-        request.storage,
-        request.services.flow.grants,
-        meta,
-        params.subscription,
-        ids.parse_message_id(id_text),
-        partition,
-        request.clock.now_micros(),
-    )
+    found = explained(request, meta, params.subscription)
     record = ExplainAnswer.from_json({"status": "ok", **explanation_json(found)})
     return {
         "meta": meta,

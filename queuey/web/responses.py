@@ -9,11 +9,12 @@ from pydantic import BaseModel
 from pyramid.response import Response
 
 from queuey import ids, jsonio
-from queuey.core.explain import Explanation
+from queuey.core.explain import Explanation, explain
 from queuey.core.flowsettings import FlowSettings
 from queuey.model import Delivery, Message, QueueMeta
 from queuey.model.flow import GROUP_KEY
 from queuey.web.answers import QueueInfo
+from queuey.web.params import message_param
 from queuey.wire import ExplainAnswer, ExplainReason
 
 CONTENT_TYPE = "application/json"
@@ -118,6 +119,21 @@ def queue_json(meta: QueueMeta) -> dict[str, Any]:
         created=meta.created // ids.MICROS,
         dead_letter_queue=meta.dead_letter_name,
         flow=FlowSettings.describe(meta),
+    )
+
+
+def explained(request, meta: QueueMeta, subscription: str) -> Explanation:
+    """The explanation of the path's ``message`` in ``subscription`` now
+    (:func:`queuey.core.explain.explain`): for the route and the admin page."""
+    id_text, partition = message_param(request, meta)
+    return explain(
+        request.storage,
+        request.services.flow.grants,
+        meta,
+        subscription,
+        ids.parse_message_id(id_text),
+        partition,
+        request.clock.now_micros(),
     )
 
 

@@ -8,12 +8,11 @@ the waiting.
 
 from __future__ import annotations
 
-from queuey import ids, tracing
-from queuey.core.explain import explain as explain_message
+from queuey import tracing
 from queuey.core.workqueues import Reservation
 from queuey.model import ReceiptStatus
-from queuey.web.params import form_or_json, json_body, message_param, query, validate
-from queuey.web.responses import deliveries_response, explanation_json, ok, shown
+from queuey.web.params import form_or_json, json_body, query, validate
+from queuey.web.responses import deliveries_response, explained, explanation_json, ok, shown
 from queuey.wire import (
     PartitionStatsAnswer,
     RedriveAnswer,
@@ -118,14 +117,4 @@ def redrive(request):
 def explain(request):
     meta = request.context.meta
     params = validate(request.models.explain, query(request))
-    id_text, partition = message_param(request, meta)
-    found = explain_message(
-        request.storage,
-        request.services.flow.grants,
-        meta,
-        params.subscription,
-        ids.parse_message_id(id_text),
-        partition,
-        request.clock.now_micros(),
-    )
-    return ok(**explanation_json(found))
+    return ok(**explanation_json(explained(request, meta, params.subscription)))

@@ -7,9 +7,7 @@ tests/web/test_service_spans.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 
 import pytest
 import requests
@@ -18,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from queuey import tracing
 from queuey.client import QueueyClient, Spool
 from queuey.client.models import OutgoingMessage
-from tests.faults.conftest import ApiNode
+from tests.faults.conftest import shipped_node
 from tests.sqs.conftest import make_client
 from tests.support import KEY, server_settings, wait_until
 
@@ -28,12 +26,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(params=["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)])
 def node(request, tmp_path, applications_file):
     settings = server_settings(request, applications_file, request.param, tmp_path / "q.sqlite3")
-    found = ApiNode("tracing", tmp_path, settings, server="granian", workers=2)
-    try:
-        yield found.wait_ready()
-    finally:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            found.stop()
+    with shipped_node("tracing", tmp_path, settings) as found:
+        yield found
 
 
 def reserve_all(client: QueueyClient, queue: str, count: int, **kw) -> list:

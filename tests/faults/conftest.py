@@ -173,6 +173,17 @@ class ApiNode:
         return "\n".join(text[-lines:])
 
 
+@contextlib.contextmanager
+def shipped_node(name: str, workdir: Path, settings: dict[str, str]) -> Iterator[ApiNode]:
+    """The server as shipped (granian, 2 worker processes), answering; stopped after."""
+    node = ApiNode(name, workdir, settings, server="granian", workers=2)
+    try:
+        yield node.wait_ready()
+    finally:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            node.stop()
+
+
 @pytest.fixture
 def make_api_node(request, tmp_path, applications_file) -> Iterator:
     """``make_api_node(name, backend="sqlite"|"cassandra", **settings)``: a started,

@@ -3,7 +3,8 @@
 each backend, with the alert rules of etc/prometheus loaded; the query of
 etc/keda/queuey-scaledobject.yaml's Prometheus trigger, asked of that
 Prometheus, gives the consumers the subscription can use; the SQS trigger's
-figures (GetQueueAttributes through the SQS endpoint) agree with the gauges."""
+figures (GetQueueAttributes through the SQS endpoint) agree with the gauges;
+and ``explain`` answers alike from every worker process."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import contextlib
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
 
-from queuey.client import QueueyClient
-from tests.faults.conftest import ApiNode
+from queuey import ids
+from queuey.client import NotFound, QueueyClient
+from tests.faults.conftest import shipped_node
 from tests.sqs.conftest import make_client
 from tests.support import KEY, free_port, server_settings, wait_until
 
@@ -34,12 +37,8 @@ pytestmark = pytest.mark.slow
 def node(request, tmp_path, applications_file):
     settings = server_settings(request, applications_file, request.param, tmp_path / "q.sqlite3")
     settings.update({"queuey.stats.interval": "0.5", "queuey.stats.max_age": "0.5"})
-    found = ApiNode("autoscale", tmp_path, settings, server="granian", workers=2)
-    try:
-        yield found.wait_ready()
-    finally:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            found.stop()
+    with shipped_node("autoscale", tmp_path, settings) as found:
+        yield found
 
 
 class Prometheus:
@@ -204,3 +203,39 @@ def test_every_alert_rule_evaluates_on_the_series_a_real_server_exposes(node, pr
     health = {r["name"]: (r["health"], r.get("lastError", "")) for r in evaluated()}
     print(f"\n{health}")
     assert health == {r["alert"]: ("ok", "") for r in rules}
+
+
+def test_explain_answers_alike_from_every_worker_process(node, test_apps):
+    """``explain`` on the server as shipped: the rate a subscription's reserves
+    used up in one worker process holds the message back in the answer of any."""
+    client = QueueyClient([node.url], test_apps.app, KEY)
+    client.create_queue("paced", partitions=1)
+    posted = client.post_batch("paced", [{"n": n} for n in range(3)])
+    client.set_subscription_flow("paced", "slow", rate=0.05, burst=1)
+    got: list = []
+    wait_until(
+        lambda: got.extend(client.reserve("paced", subscription="slow", limit=3)) or got,
+        30,
+        "the first reserve (past the read delay)",
+    )
+    assert len(got) == 1  # the burst of one
+    leased, waiting = (
+        got[0].message_id,
+        next(p for p in posted if p.message_id != got[0].message_id),
+    )
+    # New connections land on either worker; every answer is the same.
+    answers = [
+        QueueyClient([node.url], test_apps.app, KEY).explain(
+            "paced", waiting.message_id, subscription="slow"
+        )
+        for _ in range(6)
+    ]
+    print(f"\n{[(a.state, [r.reason for r in a.reasons]) for a in answers]}")
+    assert {(a.state, a.deliverable, tuple(r.reason for r in a.reasons)) for a in answers} == {
+        ("new", False, ("rate",))
+    }
+    own = client.explain("paced", leased, subscription="slow")
+    assert (own.state, own.attempts, own.reasons[0].reason) == ("leased", 1, "leased")
+    with pytest.raises(NotFound):
+        unknown = ids.min_uuid(int(time.time() * 1e6)).hex  # within the ttl, never posted
+        client.explain("paced", unknown, subscription="slow")

@@ -129,10 +129,13 @@ def test_delay_filter_pause_caps_and_rate_are_each_named(app, clock):
 
     app.put_json("/queue/jobs/subscriptions/slow", {"rate": 0.5, "burst": 1}, headers=app.auth)
     assert len(reserved(app, "jobs", subscription="slow")) == 1
-    rated = reasons(explain(app, "jobs", spare, subscription="slow"))
-    assert rated["rate"]["values"] == {"rate": 0.5, "retry_after": pytest.approx(2, abs=0.01)}
-    assert rated["rate"]["until_timestamp"] == pytest.approx(clock.now_micros() / 1e6 + 2, abs=0.01)
-    clock.advance(2)
+    rated = reasons(explain(app, "jobs", spare, subscription="slow"))["rate"]
+    # 2 s on one process; on Cassandra this process's share of the rate is
+    # smaller when other processes of the store are counted live (docs/flow.rst).
+    wait = rated["values"]["retry_after"]
+    assert rated["values"]["rate"] == 0.5 and 2 - 0.01 <= wait <= 60
+    assert rated["until_timestamp"] == pytest.approx(clock.now_micros() / 1e6 + wait, abs=0.01)
+    clock.advance(wait)
     assert explain(app, "jobs", spare, subscription="slow")["deliverable"] is True
 
     app.post("/queue/jobs/subscriptions/idle/pause", headers=app.auth)
