@@ -210,7 +210,11 @@ class HttpSource:
 
         batch = [
             OutgoingMessage(
-                body=json.loads(m.body), partition=m.partition, ttl=m.ttl, dedup_id=m.dedup_id
+                body=json.loads(m.body),
+                partition=m.partition,
+                ttl=m.ttl,
+                dedup_id=m.dedup_id,
+                attributes=m.attributes,
             )
             for m in messages
         ]

@@ -200,3 +200,29 @@ def test_the_sink_posts_once_through_the_http_api(live_server):
         assert (first.messages, first.duplicates) == (8, 0)
         assert (again.messages, again.duplicates) == (0, 8)
         assert len(list(client.iter_messages("sink-http"))) == 8
+
+
+def test_the_sink_gives_every_message_the_context_of_the_write(live_server, spans):
+    """The writer is made on the driver, inside the caller's span; its tasks
+    post outside it, and every message still carries that span's context."""
+    from queuey import tracing
+    from queuey.client.http import QueueyClient
+
+    with QueueyClient(live_server.url, live_server.application, live_server.key) as client:
+        client.create_queue("sink-traced")
+        options = {
+            "url": live_server.url,
+            "application": live_server.application,
+            "key": live_server.key,
+            "queue": "sink-traced",
+        }
+        with tracing.tracer().start_as_current_span("nightly export") as span:
+            context = span.get_span_context()
+            sink = Sink(options, BODY_SCHEMA, False)
+        sink.post([Row(body=json.dumps({"n": n})) for n in range(3)])
+        found = {
+            (m.attributes or {}).get("traceparent")
+            for m in client.read("sink-traced", order="ascending")
+        }
+    flags = f"{int(context.trace_flags):02x}"
+    assert found == {f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}"}
