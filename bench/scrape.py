@@ -12,9 +12,10 @@ from its start; the benchmark waits, from the end of the fill, until every
 queue and every subscription has its gauges (how long the refresher took to
 measure them all), then times ``--scrapes`` scrapes of ``/metrics`` one
 after another and reports the median and 95th percentile latency, the
-server CPU per scrape and the exposition's size. It also reports the CPU the
-refresher costs the idle node per minute. Prints one JSON object on stdout.
-Not a test: compare medians.
+server CPU per scrape (all its processes, and its worker processes alone:
+the refresher process measures queues meanwhile) and the exposition's size.
+It also reports the CPU the refresher costs the idle node per minute.
+Prints one JSON object on stdout. Not a test: compare medians.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,6 +49,20 @@ def log(message: str) -> None:
 def cpu(server: Server) -> float:
     """CPU seconds of the server's processes (its workers and refresher too)."""
     return server.cpu()
+
+
+def worker_cpu(server: Server) -> float:
+    """CPU seconds of the server's worker processes, which answer the scrapes
+    (not its refresher, which measures queues meanwhile)."""
+    total = 0.0
+    for child in server.ps.children(recursive=True):
+        try:
+            if child.environ().get("QUEUEY_ROLE") == "worker":
+                times = child.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
 
 
 def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
@@ -135,11 +152,12 @@ def run_backend(backend: str, args) -> dict:
             idle_cpu = (cpu(server) - idle_cpu_before) / (time.monotonic() - idle_started) * 60
 
             latencies = []
-            cpu_before = cpu(server)
+            cpu_before, workers_before = cpu(server), worker_cpu(server)
             for _ in range(args.scrapes):
                 elapsed, body = scrape(conn)
                 latencies.append(elapsed)
             cpu_per_scrape = (cpu(server) - cpu_before) / args.scrapes
+            workers_per_scrape = (worker_cpu(server) - workers_before) / args.scrapes
             conn.close()
             latencies.sort()
             return {
@@ -149,6 +167,7 @@ def run_backend(backend: str, args) -> dict:
                 "scrape_median_ms": round(statistics.median(latencies) * 1000, 2),
                 "scrape_p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2),
                 "server_cpu_ms_per_scrape": round(cpu_per_scrape * 1000, 2),
+                "worker_cpu_ms_per_scrape": round(workers_per_scrape * 1000, 2),
                 "exposition_bytes": len(body),
                 "queue_series": body.count(SERIES.encode()),
                 "subscriptions_per_queue": args.subscriptions,

@@ -136,12 +136,15 @@ class QueueCollector:
         measured = GaugeText(
             "queuey_queue_measured_timestamp_seconds", "When the queue's figures were measured"
         )
+        targets = [(family.lines.append, family.name, attr) for family, attr in families]
         for figures in everything:
             labels = label_set(QUEUE_LABELS, (figures.application, figures.name))
-            for family, attr in families:
+            for append, name, attr in targets:
                 value = getattr(figures, attr)
-                if value is not None:
-                    family.add(labels, value)
+                if type(value) is int:
+                    append(f"{name}{labels} {value}.0\n")
+                elif value is not None:
+                    append(f"{name}{labels} {sample_value(value)}\n")
             measured.add(labels, figures.measured / 1e6)
         unwatched = GaugeText(
             "queuey_queues_unwatched",
@@ -212,7 +215,7 @@ class QueueCollector:
         age = None if oldest is None else max(0.0, (figures.measured - oldest) / MICROS)
         flow = flows.get(stats.subscription, NO_SUBSCRIPTION_FLOW)
         usable = stats.available + stats.in_flight
-        if self.grants is not None:
+        if self.grants is not None and flow is not NO_SUBSCRIPTION_FLOW:
             usable = self.grants.usable_consumers(
                 figures.meta, stats.subscription, flow, stats.available, stats.in_flight
             )
