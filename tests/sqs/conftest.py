@@ -112,7 +112,9 @@ class AWSCLI:
             "AWS_DEFAULT_REGION": REGION,
             "AWS_CONFIG_FILE": str(home / "config"),
             "AWS_SHARED_CREDENTIALS_FILE": str(home / "credentials"),
-            "AWS_MAX_ATTEMPTS": "1",
+            # As a user's CLI does: a 503 (Cassandra busy on a loaded 2-core box,
+            # answered with Retry-After) is sent again; a 4xx never is.
+            "AWS_MAX_ATTEMPTS": "3",
         }
         if protocol == "query":
             from tests.sqs.query_model import query_model_path

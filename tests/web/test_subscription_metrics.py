@@ -96,18 +96,20 @@ def test_usable_consumers_stop_at_max_in_flight_a_binding_rate_and_a_pause(app, 
     usable["paused"] = usable_now("paused")
     # A rate with tokens to spare does not bind: every message could be worked on.
     usable["rated, tokens left"] = usable_now("rated")
-    # Consumers took every token (1 in flight before, 3 more now): the rate binds,
-    # and the consumers holding messages are all it can keep busy.
-    assert len(reserved(app, "jobs", subscription="rated", limit=10)) == 3
+    # Consumers took every token (3, or this process's share of them where the
+    # store counts other live processes: Cassandra): the rate binds, and the
+    # consumers holding messages are all it can keep busy.
+    took = len(reserved(app, "jobs", subscription="rated", limit=10))
+    assert 1 <= took <= 3
     usable["rated, binding"] = usable_now("rated")
-    clock.advance(5)  # tokens again: it does not bind any more
+    clock.advance(60)  # tokens again: it does not bind any more
     usable["rated, refilled"] = usable_now("rated")
     print(f"\nusable consumers: {usable}")
     assert usable == {
         "capped": 4,
         "paused": 0,
         "rated, tokens left": 40,
-        "rated, binding": 4,
+        "rated, binding": 1 + took,  # in flight: the first reserve's and these
         "rated, refilled": 40,
     }
 
