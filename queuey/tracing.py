@@ -79,9 +79,7 @@ def valid(traceparent: object) -> bool:
 
 def context_attributes() -> dict[str, str]:
     """The current context as message attributes (none outside a span)."""
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    return {k: v for k, v in carrier.items() if k in (TRACEPARENT, TRACESTATE)}
+    return {k: v for k, v in request_headers().items() if k in (TRACEPARENT, TRACESTATE)}
 
 
 def with_context(

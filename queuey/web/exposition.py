@@ -59,6 +59,17 @@ class GaugeText:
         return "".join(self.lines)
 
 
+def write_values(targets: Sequence[tuple], labels: str, values: Iterable[float | None]) -> None:
+    """One series of each family of ``targets`` (``(lines.append, name)``
+    pairs) with ``labels`` (from :func:`label_set`, then a space): the loop
+    of a scrape's many series, a line per step; ``None`` writes nothing."""
+    for (append, name), value in zip(targets, values, strict=True):
+        if type(value) is int:
+            append(f"{name}{labels}{value}.0\n")
+        elif value is not None:
+            append(f"{name}{labels}{sample_value(value)}\n")
+
+
 def render(families: Iterable[GaugeText]) -> bytes:
     """The families as one exposition fragment."""
     return "".join(family.text() for family in families).encode("utf-8")

@@ -28,7 +28,7 @@ from queuey.core.services import services_of
 from queuey.ids import MICROS
 from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
 from queuey.settings import address_in
-from queuey.web.exposition import GaugeText, label_set, render, sample_value
+from queuey.web.exposition import GaugeText, label_set, render, write_values
 from queuey.web.responses import error
 from queuey.web.state import web_state_of
 
@@ -136,15 +136,11 @@ class QueueCollector:
         measured = GaugeText(
             "queuey_queue_measured_timestamp_seconds", "When the queue's figures were measured"
         )
-        targets = [(family.lines.append, family.name, attr) for family, attr in families]
+        targets = [(family.lines.append, family.name) for family, _ in families]
+        attrs = [attr for _, attr in families]
         for figures in everything:
             labels = label_set(QUEUE_LABELS, (figures.application, figures.name))
-            for append, name, attr in targets:
-                value = getattr(figures, attr)
-                if type(value) is int:
-                    append(f"{name}{labels} {value}.0\n")
-                elif value is not None:
-                    append(f"{name}{labels} {sample_value(value)}\n")
+            write_values(targets, labels + " ", [getattr(figures, a) for a in attrs])
             measured.add(labels, figures.measured / 1e6)
         unwatched = GaugeText(
             "queuey_queues_unwatched",
@@ -170,11 +166,7 @@ class QueueCollector:
             label_text = known.get(labels)
             if label_text is None:
                 label_text = known[labels] = label_set(SUBSCRIPTION_LABELS, labels) + " "
-            for (append, name), value in zip(targets, backlog, strict=True):
-                if type(value) is int:
-                    append(f"{name}{label_text}{value}.0\n")
-                elif value is not None:
-                    append(f"{name}{label_text}{sample_value(value)}\n")
+            write_values(targets, label_text, backlog)
         return families
 
     def subscription_series(self, everything) -> list[tuple[tuple[str, str, str], _Backlog]]:

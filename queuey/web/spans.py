@@ -27,32 +27,29 @@ def spans_tween_factory(handler, registry):
             return handler(request)
         # Routes are matched after the tweens (by the router or the fast path):
         # the span is named by the path, whose shape names the route.
-        name = _by_path(request)
-        if name is None or request.method != "POST":
+        found = _traced_route(request.path_info) if request.method == "POST" else None
+        if found is None:
             return handler(request)
+        name, queue = found
         parent = propagate.extract(request.headers)
         with tracing.tracer().start_as_current_span(
             name, context=parent, kind=SpanKind.SERVER
         ) as span:
             response = handler(request)
             span.set_attribute("http.response.status_code", response.status_code)
-            span.set_attribute("messaging.destination.name", _queue(request.path_info))
+            span.set_attribute("messaging.destination.name", queue)
             return response
 
     return tween
 
 
-def _queue(path: str) -> str:
+def _traced_route(path: str) -> tuple[str, str] | None:
+    """The span name and queue of a path ``/queue/{name}[/batch|/reserve]``."""
     parts = path.split("/")
-    return parts[2] if len(parts) > 2 else ""
-
-
-def _by_path(request) -> str | None:
-    parts = request.path_info.split("/")
     if len(parts) == 3 and parts[1] == "queue":
-        return TRACED["queue"]
+        return TRACED["queue"], parts[2]
     if len(parts) == 4 and parts[1] == "queue" and parts[3] in ("batch", "reserve"):
-        return TRACED[f"queue_{parts[3]}"]
+        return TRACED[f"queue_{parts[3]}"], parts[2]
     return None
 
 
