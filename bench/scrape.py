@@ -2,6 +2,7 @@
 
     python bench/scrape.py [--backend sqlite|cassandra|both] [--queues 1000]
                            [--messages 10] [--subscriptions 5] [--scrapes 50]
+                           [--paced 10]
 
 For each backend: one ``pserve`` process (the settings of ``bench/api.py``,
 default ``queuey.stats.*``), ``--queues`` queues of 2 partitions holding
@@ -10,12 +11,22 @@ subscriptions each (one reserve of one message names each into being, so
 each has messages available and one in flight). The node's refresher runs
 from its start; the benchmark waits, from the end of the fill, until every
 queue and every subscription has its gauges (how long the refresher took to
-measure them all), then times ``--scrapes`` scrapes of ``/metrics`` one
-after another and reports the median and 95th percentile latency, the
-server CPU per scrape (all its processes, and its worker processes alone:
-the refresher process measures queues meanwhile) and the exposition's size.
-It also reports the CPU the refresher costs the idle node per minute.
-Prints one JSON object on stdout. Not a test: compare medians.
+measure them all), then times scrapes of ``/metrics`` two ways:
+
+- ``back_to_back``: ``--scrapes`` one after another; the median and 95th
+  percentile latency and the server CPU per scrape (all its processes, and
+  its worker processes alone: the refresher process measures queues
+  meanwhile). Most of these find the figures they were written from last
+  time (a scrape keeps each queue's lines until it is measured again).
+- ``after_each_pass``: ``--paced`` scrapes, each as soon as the refresher
+  has published a new pass (what a Prometheus scraping every 15 s or more
+  meets: the workers read the new figures and write again the queues
+  measured since). CPU is counted over each scrape's own window, so the
+  node's background work between scrapes is left out.
+
+It also reports the exposition's size and the CPU the refresher costs the
+idle node per minute. Prints one JSON object on stdout. Not a test: compare
+medians.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import re
 import statistics
 import sys
@@ -63,6 +75,74 @@ def worker_cpu(server: Server) -> float:
         except psutil.Error:
             continue
     return total
+
+
+def on_cpu(server: Server, workers_only: bool = False) -> float:
+    """CPU seconds of the server's processes (or its workers), to the
+    nanosecond: each thread's time on a CPU (``/proc/<pid>/task/*/schedstat``),
+    where ``cpu_times`` counts 10 ms ticks, too coarse for one scrape."""
+    total = 0
+    for process in [server.ps, *server.ps.children(recursive=True)]:
+        try:
+            if workers_only and process.environ().get("QUEUEY_ROLE") != "worker":
+                continue
+            tasks = os.listdir(f"/proc/{process.pid}/task")
+        except (psutil.Error, OSError):
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{process.pid}/task/{task}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def snapshot_path(server: Server) -> Path | None:
+    """The figures' snapshot the server's refresher publishes each pass."""
+    for child in server.ps.children(recursive=True):
+        try:
+            shared = child.environ().get("QUEUEY_SHARED_DIR")
+        except psutil.Error:
+            continue
+        if shared:
+            return Path(shared) / "overview.pickle"
+    return None
+
+
+def published(path: Path) -> tuple[int, int]:
+    found = path.stat()
+    return found.st_mtime_ns, found.st_ino
+
+
+def paced(server: Server, conn: http.client.HTTPConnection, scrapes: int) -> dict:
+    """``scrapes`` scrapes, each once a new pass is published, CPU counted
+    over each scrape alone (all processes, and the workers)."""
+    path = snapshot_path(server)
+    if path is None:
+        raise RuntimeError("no snapshot: is the server granian with its workers?")
+    latencies, server_ms, worker_ms = [], [], []
+    last = published(path)
+    for _ in range(scrapes):
+        deadline = time.monotonic() + 120
+        while published(path) == last:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the refresher published no pass in 2 min")
+            time.sleep(0.05)
+        last = published(path)
+        time.sleep(0.2)  # past the rename: the pass is whole
+        before, workers_before = on_cpu(server), on_cpu(server, workers_only=True)
+        elapsed, _ = scrape(conn)
+        latencies.append(elapsed)
+        server_ms.append((on_cpu(server) - before) * 1000)
+        worker_ms.append((on_cpu(server, workers_only=True) - workers_before) * 1000)
+    return {
+        "scrapes": scrapes,
+        "scrape_median_ms": round(statistics.median(latencies) * 1000, 2),
+        "server_cpu_ms_per_scrape": round(statistics.median(server_ms), 2),
+        "worker_cpu_ms_per_scrape": round(statistics.median(worker_ms), 2),
+        "worker_cpu_ms_max": round(max(worker_ms), 2),
+    }
 
 
 def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
@@ -158,16 +238,21 @@ def run_backend(backend: str, args) -> dict:
                 latencies.append(elapsed)
             cpu_per_scrape = (cpu(server) - cpu_before) / args.scrapes
             workers_per_scrape = (worker_cpu(server) - workers_before) / args.scrapes
+            after_each_pass = paced(server, conn, args.paced) if args.paced else None
             conn.close()
             latencies.sort()
             return {
                 "queues": args.queues,
                 "messages_per_queue": args.messages,
                 "every_queue_measured_seconds": round(measured_all, 1),
-                "scrape_median_ms": round(statistics.median(latencies) * 1000, 2),
-                "scrape_p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2),
-                "server_cpu_ms_per_scrape": round(cpu_per_scrape * 1000, 2),
-                "worker_cpu_ms_per_scrape": round(workers_per_scrape * 1000, 2),
+                "back_to_back": {
+                    "scrapes": args.scrapes,
+                    "scrape_median_ms": round(statistics.median(latencies) * 1000, 2),
+                    "scrape_p95_ms": round(latencies[int(len(latencies) * 0.95) - 1] * 1000, 2),
+                    "server_cpu_ms_per_scrape": round(cpu_per_scrape * 1000, 2),
+                    "worker_cpu_ms_per_scrape": round(workers_per_scrape * 1000, 2),
+                },
+                "after_each_pass": after_each_pass,
                 "exposition_bytes": len(body),
                 "queue_series": body.count(SERIES.encode()),
                 "subscriptions_per_queue": args.subscriptions,
@@ -185,6 +270,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=10)
     parser.add_argument("--subscriptions", type=int, default=5)
     parser.add_argument("--scrapes", type=int, default=50)
+    parser.add_argument(
+        "--paced", type=int, default=10, help="scrapes, each after a new refresher pass"
+    )
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU sampling")
     args = parser.parse_args()
     backends = ["sqlite", "cassandra"] if args.backend == "both" else [args.backend]

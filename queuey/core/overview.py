@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import pickle
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +36,7 @@ from queuey.core.figures import QueueFigures, measure
 from queuey.core.flow import trim
 from queuey.core.lengths import Lengths
 from queuey.core.queues import every_queue
+from queuey.core.snapshot import read_snapshot, write_snapshot
 from queuey.errors import QueueNotFound
 from queuey.ids import MICROS
 from queuey.model import QueueMeta
@@ -288,10 +287,7 @@ class Overview:
             "last_pass_seconds": self.last_pass_seconds,
             "shared": {name: get() for name, (get, _) in self.shared.items()},
         }
-        path = self.publish_to
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_bytes(pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(partial, path)
+        write_snapshot(self.publish_to, snapshot)
 
     def _published(self) -> None:
         if self.publish_to is not None:
@@ -301,25 +297,14 @@ class Overview:
         """Take the published figures if the snapshot changed since last read.
 
         A queue keeps figures measured here (an operator's refresh) when they
-        are newer than the snapshot's. The file is written by this server's
-        own refresher process in a directory only its user may enter.
+        are newer than the snapshot's (:mod:`queuey.core.snapshot`).
         """
         if self.follow is None:
             return
-        try:
-            found = os.stat(self.follow)
-        except FileNotFoundError:
+        read = read_snapshot(self.follow, self._followed)
+        if read is None:
             return
-        # Each publish replaces the file: a new inode, even within one mtime tick.
-        changed = (found.st_mtime_ns, found.st_ino)
-        if changed == self._followed:
-            return
-        try:
-            snapshot = pickle.loads(self.follow.read_bytes())  # noqa: S301 - our own file
-        except (OSError, pickle.UnpicklingError, EOFError) as exc:
-            log.warning("operators' figures not read from %s: %s", self.follow, exc)
-            return
-        self._followed = changed
+        self._followed, snapshot = read
         with self._lock:
             for key in list(self._entries):
                 if key not in snapshot["entries"]:

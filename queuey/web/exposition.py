@@ -5,9 +5,11 @@ each: 36,000 series for 1,000 queues of 5 subscriptions. prometheus_client
 builds a metric, a sample and a label dictionary for every series and
 formats each on exposition; the queue gauges alone cost about 46 ms of a
 scrape that way. Here a label set is escaped once, however many gauges
-carry it, and each series is one line added to a list
-(:class:`GaugeText`). :func:`queuey.web.metrics.exposition` appends what
-these collectors write after prometheus_client's output.
+carry it, and many series of several families are written in one step
+(:func:`family_lines`), as strings a caller may keep and add to a family
+(:class:`GaugeText`) again at the next scrape
+(:mod:`queuey.web.queuegauges`). :func:`queuey.web.metrics.exposition`
+appends what these collectors write after prometheus_client's output.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def label_value(value: str) -> str:
 
 def label_set(names: Sequence[str], values: Iterable[str]) -> str:
     """``{a="x",b="y"}``: a series' labels, escaped, for :meth:`GaugeText.add`."""
-    pairs = ",".join(f'{n}="{label_value(v)}"' for n, v in zip(names, values, strict=True))
+    pairs = ",".join([f'{n}="{label_value(v)}"' for n, v in zip(names, values, strict=True)])
     return "{" + pairs + "}"
 
 
@@ -59,15 +61,21 @@ class GaugeText:
         return "".join(self.lines)
 
 
-def write_values(targets: Sequence[tuple], labels: str, values: Iterable[float | None]) -> None:
-    """One series of each family of ``targets`` (``(lines.append, name)``
-    pairs) with ``labels`` (from :func:`label_set`, then a space): the loop
-    of a scrape's many series, a line per step; ``None`` writes nothing."""
-    for (append, name), value in zip(targets, values, strict=True):
-        if type(value) is int:
-            append(f"{name}{labels}{value}.0\n")
-        elif value is not None:
-            append(f"{name}{labels}{sample_value(value)}\n")
+def family_lines(names: Sequence[str], series: Iterable[tuple[str, Sequence]]) -> list[str]:
+    """Each family's lines, one string per name of ``names``, for
+    ``series``: pairs of a label set (from :func:`label_set`, then a space)
+    and its values, one per family (``None`` writes no line)."""
+    series = list(series)
+    return [
+        "".join(
+            [
+                f"{name}{labels}{sample_value(values[n])}\n"
+                for labels, values in series
+                if values[n] is not None
+            ]
+        )
+        for n, name in enumerate(names)
+    ]
 
 
 def render(families: Iterable[GaugeText]) -> bytes:

@@ -2,8 +2,9 @@
 
 A tween times every request, logs one line for it (never the key) and feeds
 the request counters; ``GET /metrics`` exposes them, the core's counters
-(:mod:`queuey.core.metrics`), the per-queue gauges and flow control's
-(:class:`FlowCollector`) to addresses in ``queuey.metrics.allow``.
+(:mod:`queuey.core.metrics`), the per-queue gauges
+(:mod:`queuey.web.queuegauges`) and flow control's (:class:`FlowCollector`)
+to addresses in ``queuey.metrics.allow``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -25,10 +25,9 @@ from queuey.core.fairmetrics import MAX_QUEUES, FairGroups
 from queuey.core.metrics import Metrics
 from queuey.core.queuecounters import OTHER
 from queuey.core.services import services_of
-from queuey.ids import MICROS
-from queuey.model.flow import NO_SUBSCRIPTION_FLOW, queue_flow, subscription_flows
+from queuey.model.flow import queue_flow, subscription_flows
 from queuey.settings import address_in
-from queuey.web.exposition import GaugeText, label_set, render, write_values
+from queuey.web.queuegauges import QueueCollector
 from queuey.web.responses import error
 from queuey.web.state import web_state_of
 
@@ -66,208 +65,6 @@ def exposition(metrics: Metrics) -> bytes:
     (:attr:`Metrics.text_collectors`)."""
     body = generate_latest(exposed(metrics))
     return body + b"".join(collector.render() for collector in metrics.text_collectors)
-
-
-class QueueCollector:
-    """Per-queue, per-subscription and per-group gauges, read from the
-    operators' caches and written as text (:mod:`queuey.web.exposition`).
-
-    A scrape never touches storage or ZooKeeper: it copies what the refresher
-    of :class:`queuey.core.overview.Overview` last measured, so its cost grows with
-    the number of watched queues (at most ``queuey.stats.max_queues``, which
-    also bounds the label sets) and their subscriptions, not with the
-    messages they hold.
-
-    A subscription has series once it was used (a reserve names it into
-    being) and until its queue is deleted or purged: at most
-    :data:`SUBSCRIPTIONS_PER_QUEUE` of a queue by name (the rest summed in one
-    series ``subscription="~other"`` of the queue), and
-    :data:`SUBSCRIPTIONS_PER_APPLICATION` of an application and
-    :data:`MAX_SUBSCRIPTIONS` in all (the rest summed in the application's
-    ``queue="~other", subscription="~other"``). A sum's oldest age is its
-    oldest.
-    """
-
-    QUEUE_GAUGES = (
-        ("queuey_queue_depth", "Live messages in the queue", "depth"),
-        ("queuey_queue_in_flight", "Messages leased and not yet acked", "in_flight"),
-        ("queuey_queue_delayed", "Messages waiting for their delivery delay", "delayed"),
-        ("queuey_queue_dead_lettered", "Messages moved to the dead-letter queue", "dead_lettered"),
-        ("queuey_queue_oldest_age_seconds", "Age of the oldest live message", "oldest_age"),
-    )
-    #: A subscription's gauges: name and help, in the order of :class:`_Backlog`'s fields.
-    SUBSCRIPTION_GAUGES = (
-        ("queuey_subscription_available", "Messages the subscription can hand out now"),
-        ("queuey_subscription_delayed", "Messages waiting for their delivery delay"),
-        ("queuey_subscription_in_flight", "Messages leased and not yet acked or released"),
-        ("queuey_subscription_dead_lettered", "Messages the subscription dead-lettered"),
-        (
-            "queuey_subscription_oldest_available_age_seconds",
-            "Age of the oldest message the subscription can hand out now",
-        ),
-        (
-            "queuey_subscription_usable_consumers",
-            "Consumers, each working on one message, the subscription can keep busy "
-            "within its rate and max_in_flight",
-        ),
-    )
-    SUBSCRIPTIONS_PER_QUEUE = 20
-    SUBSCRIPTIONS_PER_APPLICATION = 5000
-    MAX_SUBSCRIPTIONS = 20_000
-
-    def __init__(self, overview, groups, grants=None) -> None:
-        self.overview = overview
-        self.groups = groups
-        #: The reserve limits (:class:`queuey.core.grants.Grants`), for usable consumers.
-        self.grants = grants
-        #: Each subscription's label set as written, from one scrape to the next.
-        self._label_texts: dict[tuple[str, str, str], str] = {}
-
-    def render(self) -> bytes:
-        families: list[GaugeText] = []
-        everything = sorted(self.overview.all_figures(), key=lambda f: (f.application, f.name))
-        families.extend(self._queue_gauges(everything))
-        families.extend(self._subscription_gauges(everything))
-        families.extend(self._group_gauges())
-        return render(families)
-
-    def _queue_gauges(self, everything) -> list[GaugeText]:
-        families = [(GaugeText(name, text), attr) for name, text, attr in self.QUEUE_GAUGES]
-        measured = GaugeText(
-            "queuey_queue_measured_timestamp_seconds", "When the queue's figures were measured"
-        )
-        targets = [(family.lines.append, family.name) for family, _ in families]
-        attrs = [attr for _, attr in families]
-        for figures in everything:
-            labels = label_set(QUEUE_LABELS, (figures.application, figures.name))
-            write_values(targets, labels + " ", [getattr(figures, a) for a in attrs])
-            measured.add(labels, figures.measured / 1e6)
-        unwatched = GaugeText(
-            "queuey_queues_unwatched",
-            "Queues beyond queuey.stats.max_queues, left out of the per-queue gauges",
-        )
-        unwatched.add("", self.overview.unwatched)
-        refresh = GaugeText(
-            "queuey_stats_refresh_seconds",
-            "Seconds the last refresher pass spent measuring queues",
-        )
-        refresh.add("", self.overview.last_pass_seconds)
-        return [*(family for family, _ in families), measured, unwatched, refresh]
-
-    def _subscription_gauges(self, everything) -> list[GaugeText]:
-        families = [GaugeText(name, text) for name, text in self.SUBSCRIPTION_GAUGES]
-        # The busiest loop of a scrape (six lines per subscription): each label
-        # set escaped once, each line made in one step.
-        targets = [(family.lines.append, family.name) for family in families]
-        known = self._label_texts
-        if len(known) > 2 * self.MAX_SUBSCRIPTIONS:
-            known.clear()
-        for labels, backlog in self.subscription_series(everything):
-            label_text = known.get(labels)
-            if label_text is None:
-                label_text = known[labels] = label_set(SUBSCRIPTION_LABELS, labels) + " "
-            write_values(targets, label_text, backlog)
-        return families
-
-    def subscription_series(self, everything) -> list[tuple[tuple[str, str, str], _Backlog]]:
-        """The subscriptions' series within the caps, by application, queue
-        and subscription name (``everything``: the figures in that order)."""
-        series: list[tuple[tuple[str, str, str], _Backlog]] = []
-        per_application: dict[str, int] = {}
-        left_out: dict[str, list[_Backlog]] = {}
-        for figures in everything:
-            if not figures.subscriptions:
-                continue
-            application, queue = figures.application, figures.name
-            flows = subscription_flows(figures.meta)
-            mine = [
-                (s.subscription, self._backlog(figures, s, flows))
-                for s in sorted(figures.subscriptions, key=lambda s: s.subscription)
-            ]
-            named = mine[: self.SUBSCRIPTIONS_PER_QUEUE]
-            rest = [b for _, b in mine[self.SUBSCRIPTIONS_PER_QUEUE :]]
-            count = len(named) + bool(rest)
-            shown = per_application.get(application, 0)
-            room = min(
-                self.SUBSCRIPTIONS_PER_APPLICATION - shown, self.MAX_SUBSCRIPTIONS - len(series)
-            )
-            if count > room:
-                left_out.setdefault(application, []).extend(b for _, b in mine)
-                continue
-            per_application[application] = shown + count
-            series.extend(((application, queue, name), b) for name, b in named)
-            if rest:
-                series.append(((application, queue, OTHER), _Backlog.summed(rest)))
-        for application, backlogs in sorted(left_out.items()):
-            series.append(((application, OTHER, OTHER), _Backlog.summed(backlogs)))
-        return series
-
-    def _backlog(self, figures, stats, flows) -> _Backlog:
-        oldest = stats.oldest_available_timestamp
-        age = None if oldest is None else max(0.0, (figures.measured - oldest) / MICROS)
-        flow = flows.get(stats.subscription, NO_SUBSCRIPTION_FLOW)
-        usable = stats.available + stats.in_flight
-        if self.grants is not None and flow is not NO_SUBSCRIPTION_FLOW:
-            usable = self.grants.usable_consumers(
-                figures.meta, stats.subscription, flow, stats.available, stats.in_flight
-            )
-        return _Backlog(
-            stats.available, stats.delayed, stats.in_flight, stats.dead_lettered, age, usable
-        )
-
-    def _group_gauges(self) -> list[GaugeText]:
-        if self.groups is None:
-            return []
-        lag = GaugeText(
-            "queuey_group_lag_messages",
-            "Live messages after the group's checkpoint (a lower bound at 1000)",
-        )
-        lag_seconds = GaugeText(
-            "queuey_group_lag_seconds", "Age of the oldest message the group has not processed"
-        )
-        members = GaugeText("queuey_group_members", "Live members of the group")
-        for group in self.groups.cached():
-            members.add(
-                label_set(("application", "group"), (group.application, group.name)),
-                len(group.members),
-            )
-            for p in group.partitions:
-                labels = label_set(
-                    GROUP_LABELS, (group.application, group.name, p.queue, str(p.partition))
-                )
-                if p.lag_messages is not None:
-                    lag.add(labels, p.lag_messages)
-                if p.lag_seconds is not None:
-                    lag_seconds.add(labels, p.lag_seconds)
-        return [lag, lag_seconds, members]
-
-
-QUEUE_LABELS = ("application", "queue")
-SUBSCRIPTION_LABELS = ("application", "queue", "subscription")
-GROUP_LABELS = ("application", "group", "queue", "partition")
-
-
-class _Backlog(NamedTuple):
-    """A subscription's gauges, or the sum of several (their oldest age the oldest)."""
-
-    available: int
-    delayed: int
-    in_flight: int
-    dead_lettered: int
-    oldest_age: float | None
-    usable_consumers: int
-
-    @classmethod
-    def summed(cls, backlogs: list[_Backlog]) -> _Backlog:
-        ages = [b.oldest_age for b in backlogs if b.oldest_age is not None]
-        return cls(
-            sum(b.available for b in backlogs),
-            sum(b.delayed for b in backlogs),
-            sum(b.in_flight for b in backlogs),
-            sum(b.dead_lettered for b in backlogs),
-            max(ages) if ages else None,
-            sum(b.usable_consumers for b in backlogs),
-        )
 
 
 class FlowCollector(Collector):
@@ -417,9 +214,11 @@ def metrics_view(request):
 
 def includeme(config) -> None:
     services = services_of(config.registry)
-    services.metrics.text_collectors.append(
-        QueueCollector(services.overview, services.groups, services.flow.grants)
-    )
+    queues = QueueCollector(services.overview, services.groups, services.flow.grants)
+    services.metrics.text_collectors.append(queues)
+    # Under the server's workers the refresher process writes each queue's
+    # lines once, after measuring it, and publishes them with the figures.
+    services.overview.shared["queue_lines"] = (queues.written, queues.adopt)
     # Fair queues' groups: each process counts its own posts; under the
     # server's workers each writes them where the scraped one sums them.
     shared = services.shared_dir

@@ -5,12 +5,13 @@ refresher (no storage call per scrape), with label sets capped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from queuey.model import SubscriptionStats
-from queuey.web.metrics import QueueCollector
+from queuey.web.queuegauges import QueueCollector
 from tests.web.calls import ack, batch, create, release, reserved
 from tests.web.test_operator_figures import gauge
 
@@ -103,7 +104,10 @@ def test_usable_consumers_stop_at_max_in_flight_a_binding_rate_and_a_pause(app, 
     assert 1 <= took <= 3
     usable["rated, binding"] = usable_now("rated")
     clock.advance(60)  # tokens again: it does not bind any more
-    usable["rated, refilled"] = usable_now("rated")
+    # Read from the bucket at each scrape, not kept with the queue's lines
+    # until the refresher measures the queue again.
+    refilled = app.get("/metrics").text
+    usable["rated, refilled"] = backlog(refilled, app.apps.app, "jobs", "rated")["usable_consumers"]
     print(f"\nusable consumers: {usable}")
     assert usable == {
         "capped": 4,
@@ -127,8 +131,9 @@ def figures(application: str, queue: str, subscriptions: int):
         for n in range(subscriptions)
     )
     meta = SimpleNamespace(application=application, name=queue, attributes={})
+    counts = dict(depth=subscriptions, in_flight=0, delayed=0, dead_lettered=0, oldest_age=None)
     return SimpleNamespace(
-        application=application, name=queue, meta=meta, subscriptions=subs, measured=10**9
+        application=application, name=queue, meta=meta, subscriptions=subs, measured=10**9, **counts
     )
 
 
@@ -154,3 +159,48 @@ def test_subscription_series_are_capped_per_queue_application_and_in_all(monkeyp
     # A sum's oldest available age is the oldest of its parts.
     assert others[("a", "big", "~other")].oldest_age == (10**9 - 20 * 1_000_000) / 1e6
     assert sum(v.available for v in series.values()) == 25 + 8 + 2 + 15 + 10
+
+
+def test_a_queues_lines_are_written_again_once_it_is_measured_again():
+    queue = figures("a", "jobs", 2)
+    overview = SimpleNamespace(all_figures=lambda: [queue], unwatched=0, last_pass_seconds=0.5)
+    collector = QueueCollector(overview, None)
+    first = collector.render().decode()
+    assert collector.render().decode() == first  # kept: the same figures
+    again = dict(vars(queue), depth=7, measured=queue.measured + 1)
+    again["subscriptions"] = (
+        replace(queue.subscriptions[0], available=5),
+        *queue.subscriptions[1:],
+    )
+    queue = SimpleNamespace(**again)
+    second = collector.render().decode()
+    print(f"\nbefore:\n{first}\nafter:\n{second}")
+    assert gauge(first, "queuey_queue_depth", application="a", queue="jobs") == 2
+    assert gauge(second, "queuey_queue_depth", application="a", queue="jobs") == 7
+    assert backlog(second, "a", "jobs", "s000")["available"] == 5
+    overview.all_figures = lambda: []  # no longer watched: its series go
+    assert "jobs" not in collector.render().decode()
+
+
+def test_workers_adopt_the_lines_the_refresher_process_wrote():
+    """Under the server's workers the refresher process writes each queue's
+    lines as it measures it; a worker holding the same figures writes only
+    what reads a rate bucket now, and what it measured itself."""
+    queues = [figures("a", f"q{n}", 3) for n in range(4)]
+    published = SimpleNamespace(all_figures=lambda: queues, unwatched=0, last_pass_seconds=0.5)
+    refresher = QueueCollector(published, None)
+    worker_figures = list(queues)
+    worker_figures[2] = SimpleNamespace(**dict(vars(queues[2]), depth=9, measured=10**9 + 1))
+    followed = SimpleNamespace(
+        all_figures=lambda: worker_figures, unwatched=0, last_pass_seconds=0.5
+    )
+    worker = QueueCollector(followed, None)
+    worker.adopt(refresher.written(), age=0.0)
+    written = []
+    write_queue = worker._write_queue
+    worker._write_queue = lambda f: written.append(f.name) or write_queue(f)
+    text = worker.render().decode()
+    print(f"\nwritten again by the worker: {written}")
+    assert written == ["q2"]  # measured here since: its own figures
+    assert text == QueueCollector(followed, None).render().decode()
+    assert gauge(text, "queuey_queue_depth", application="a", queue="q2") == 9
