@@ -81,6 +81,9 @@ class QueueCollector:
         self._kept: dict[tuple[str, str], _QueueLines] = {}
         #: Each subscription's label set as written, from one scrape to the next.
         self._labels: dict[tuple[str, str, str], str] = {}
+        #: The families' names, in the order of a queue's lines.
+        self._queue_names = [name for name, _, _ in self.QUEUE_GAUGES] + [self.MEASURED[0]]
+        self._subscription_names = [name for name, _ in self.SUBSCRIPTION_GAUGES]
 
     def render(self) -> bytes:
         everything = sorted(self.overview.all_figures(), key=lambda f: (f.application, f.name))
@@ -126,10 +129,9 @@ class QueueCollector:
         return found
 
     def _write_queue(self, figures) -> _QueueLines:
-        names = [name for name, _, _ in self.QUEUE_GAUGES] + [self.MEASURED[0]]
         values = [getattr(figures, attr) for _, _, attr in self.QUEUE_GAUGES]
         labels = label_set(QUEUE_LABELS, (figures.application, figures.name)) + " "
-        queue_text = family_lines(names, [(labels, [*values, figures.measured / 1e6])])
+        queue_text = family_lines(self._queue_names, [(labels, [*values, figures.measured / 1e6])])
         subscriptions, every, live = self._backlogs(figures)
         lines = _QueueLines(
             figures.application,
@@ -141,12 +143,9 @@ class QueueCollector:
             [],
             live,
         )
-        names = [name for name, _ in self.SUBSCRIPTION_GAUGES]
-        written = [
-            (self._label_text(key), b) for key, b in lines.series(self.SUBSCRIPTIONS_PER_QUEUE)
-        ]
-        lines.text.extend(family_lines(names, written))
-        return lines
+        series = lines.series(self.SUBSCRIPTIONS_PER_QUEUE)
+        written = [(self._label_text(key), backlog) for key, backlog in series]
+        return lines._replace(text=family_lines(self._subscription_names, written))
 
     def _label_text(self, key: tuple[str, str, str]) -> str:
         text = self._labels.get(key)
@@ -204,8 +203,8 @@ class QueueCollector:
         for n, family in enumerate(families):
             family.lines.extend(q.text[n] for q in shown)
         sums = [(label_set(SUBSCRIPTION_LABELS, key) + " ", b) for key, b in left_out]
-        names = [family.name for family in families]
-        for family, lines in zip(families, family_lines(names, sums), strict=True):
+        left = family_lines(self._subscription_names, sums)
+        for family, lines in zip(families, left, strict=True):
             family.lines.append(lines)
         return families
 
